@@ -1,0 +1,38 @@
+"""Check declarations (one place) and their backends.
+
+Each check is declared once in :mod:`datacheck.checks._registry` with its stable name and
+default severity; :mod:`._numpy` is the body used by scans (Arrow buffers viewed as NumPy),
+and ``datacheck.torch`` has the body used on batches at training time.
+"""
+
+from __future__ import annotations
+
+from datacheck.checks._registry import (
+    CHECKS,
+    CORRUPT,
+    EXTREME,
+    FP16_MAX,
+    INF,
+    NAN,
+    NULL,
+    OUT_OF_RANGE,
+    SCHEMA,
+    CheckSpec,
+    Severity,
+    get_check,
+)
+
+__all__ = [
+    "CHECKS",
+    "CORRUPT",
+    "EXTREME",
+    "FP16_MAX",
+    "INF",
+    "NAN",
+    "NULL",
+    "OUT_OF_RANGE",
+    "SCHEMA",
+    "CheckSpec",
+    "Severity",
+    "get_check",
+]

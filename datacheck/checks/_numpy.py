@@ -1,0 +1,156 @@
+"""The NumPy body of the value checks: masks over a flat buffer, mapped back to rows.
+
+Values arrive flat (a scalar column, or the child values of a list / fixed-size-list column, or
+a tensor viewed as ``[n_samples, -1]``).  A :class:`RowMap` says which row each value belongs
+to, so a bad element of an embedding vector is reported at the row that holds the vector.
+Everything here is vectorised: no Python loop runs over rows or values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from datacheck.checks._registry import Severity
+from datacheck.checks._rules import ColumnRules
+
+
+@dataclass(frozen=True)
+class RowMap:
+    """Maps a flat value index to its row: identity, a fixed stride, or explicit parents."""
+
+    n_rows: int
+    stride: int = 1
+    parents: np.ndarray | None = None
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        if self.parents is not None:
+            return self.parents[idx]
+        if self.stride == 1:
+            return idx
+        return idx // self.stride
+
+
+@dataclass
+class Hits:
+    """Bad values of one check in one column, grouped by row (rows ascending).
+
+    ``rows`` are chunk-relative; ``counts`` the number of bad values in each row;
+    ``values`` the first bad value of each row (float64), or None for nulls.
+    """
+
+    check: str
+    severity: Severity
+    rows: np.ndarray
+    counts: np.ndarray
+    values: np.ndarray | None
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+def group_by_row(
+    check: str, severity: Severity, mask: np.ndarray, rowmap: RowMap, values: np.ndarray | None
+) -> Hits | None:
+    """Turn a mask over flat values into per-row hits, or None when the mask is all False."""
+    idx = np.flatnonzero(mask)
+    if idx.size == 0:
+        return None
+    rows = rowmap.rows(idx)
+    if rowmap.stride == 1 and rowmap.parents is None:
+        firsts = np.arange(idx.size)
+        counts = np.ones(idx.size, dtype=np.int64)
+    else:
+        # rows is non-decreasing: a new row starts wherever it changes.
+        starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+        counts = np.diff(np.append(starts, idx.size)).astype(np.int64)
+        firsts = starts
+        rows = rows[starts]
+    first_vals = None if values is None else values[idx[firsts]].astype(np.float64, copy=False)
+    return Hits(check, severity, rows.astype(np.int64, copy=False), counts, first_vals)
+
+
+def _quick_clean(values: np.ndarray, rules: ColumnRules) -> bool:
+    """One cheap pass (min/max, which propagate NaN) proving there is nothing to find."""
+    if values.size == 0:
+        return True
+    if rules.allowed:
+        return False
+    lo, hi = values.min(), values.max()
+    is_float = values.dtype.kind == "f"
+    if is_float and not (np.isfinite(lo) and np.isfinite(hi)):
+        return False
+    for b in rules.bounds:
+        if lo < -b.max_abs or hi > b.max_abs:
+            return False
+    for r in rules.ranges:
+        if r.min is not None and (lo < r.min or (lo == r.min and not r.include_min)):
+            return False
+        if r.max is not None and (hi > r.max or (hi == r.max and not r.include_max)):
+            return False
+    return True
+
+
+def _range_mask(values: np.ndarray, r) -> np.ndarray:
+    bad = np.zeros(values.shape, dtype=bool)
+    if r.min is not None:
+        bad |= values < r.min if r.include_min else values <= r.min
+    if r.max is not None:
+        bad |= values > r.max if r.include_max else values >= r.max
+    return bad
+
+
+def check_values(
+    values: np.ndarray, valid: np.ndarray | None, rowmap: RowMap, rules: ColumnRules
+) -> list[Hits]:
+    """Run the value rules on a flat numeric buffer.
+
+    Args:
+        values: flat numeric values; entries where ``valid`` is False are ignored.
+        valid: validity mask (False = null) or None when there are no nulls.
+        rowmap: maps each value to its row.
+        rules: what to check.
+
+    Returns:
+        One :class:`Hits` per check that found something.
+    """
+    out: list[Hits] = []
+    if valid is not None and rules.null is not None:
+        h = group_by_row("null", rules.null, ~valid, rowmap, None)
+        if h is not None:
+            out.append(h)
+    if valid is None and _quick_clean(values, rules):
+        return out
+    is_float = values.dtype.kind == "f"
+    finite = np.isfinite(values) if is_float else None
+    if valid is not None and finite is not None:
+        finite &= valid
+
+    def add(check: str, severity: Severity, mask: np.ndarray) -> None:
+        if valid is not None:
+            mask &= valid
+        h = group_by_row(check, severity, mask, rowmap, values)
+        if h is not None:
+            out.append(h)
+
+    if is_float:
+        if rules.nan is not None:
+            add("nan", rules.nan, np.isnan(values))
+        if rules.inf is not None:
+            add("inf", rules.inf, np.isinf(values))
+    for b in rules.bounds:
+        mask = np.abs(values) > b.max_abs
+        if finite is not None:
+            mask &= finite
+        add(b.check, b.severity, mask)
+    for r in rules.ranges:
+        mask = _range_mask(values, r)
+        if finite is not None:
+            mask &= finite
+        add(r.check, r.severity, mask)
+    for a in rules.allowed:
+        mask = np.isin(values, np.asarray(a.values), invert=not a.negate)
+        add(a.check, a.severity, mask)
+    return out

@@ -1,0 +1,83 @@
+"""The checks datacheck knows by name, declared once for every backend."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+FP16_MAX = 65504.0
+"""Largest finite float16: a value beyond it overflows to Inf under fp16 mixed precision."""
+
+BF16_MAX = 3.3895313892515355e38
+"""Largest finite bfloat16."""
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is; ``--fail-on`` gates on it."""
+
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return 1 if self is Severity.WARNING else 2
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """A check's identity, shared by scans, the batch guard and reports."""
+
+    name: str
+    """Stable lowercase name used in reports and manifests."""
+    severity: Severity
+    """Default severity when no schema says otherwise."""
+    level: str
+    """``value`` (one finding per bad row/sample) or ``file`` / ``column`` (row is null)."""
+    description: str
+
+
+NAN = CheckSpec("nan", Severity.ERROR, "value", "a floating-point NaN (NaN is not null)")
+INF = CheckSpec("inf", Severity.ERROR, "value", "+Inf or -Inf")
+NULL = CheckSpec(
+    "null",
+    Severity.WARNING,
+    "value",
+    "a missing value (warning on numeric columns without a schema; error where a schema "
+    "column is not nullable)",
+)
+EXTREME = CheckSpec(
+    "extreme",
+    Severity.WARNING,
+    "value",
+    "a finite value beyond the column's bound (float16 max 65504 without a schema; the "
+    "schema's max_abs otherwise)",
+)
+OUT_OF_RANGE = CheckSpec(
+    "out_of_range", Severity.ERROR, "value", "a value outside the schema's declared range"
+)
+CORRUPT = CheckSpec(
+    "corrupt", Severity.ERROR, "file", "a file that cannot be read whole (row is null)"
+)
+SCHEMA = CheckSpec(
+    "schema",
+    Severity.ERROR,
+    "column",
+    "a column missing or unexpected, or a dtype that differs from the schema or other shards",
+)
+
+CHECKS: dict[str, CheckSpec] = {
+    c.name: c for c in (NAN, INF, NULL, EXTREME, OUT_OF_RANGE, CORRUPT, SCHEMA)
+}
+"""Built-in checks by name.  Schema-declared checks report under their own names too."""
+
+
+def get_check(name: str) -> CheckSpec:
+    """Return a built-in check by name.
+
+    Raises:
+        KeyError: with the list of valid names, if ``name`` is not built in.
+    """
+    try:
+        return CHECKS[name]
+    except KeyError:
+        raise KeyError(f"unknown check {name!r}; valid: {', '.join(sorted(CHECKS))}") from None
