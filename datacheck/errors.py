@@ -6,7 +6,8 @@ them derive from :class:`DatacheckError`::
     DatacheckError                 base; the CLI turns it into one stderr line and exit code 2
     ├── UsageError                 bad option or argument combination
     ├── SchemaError                schema missing, unreadable, or invalid (unknown check, bad value)
-    └── InputError                 input path missing or unreadable, nothing to scan
+    ├── InputError                 input path missing or unreadable, nothing to scan
+    └── BadSampleError             a guarded batch holds bad samples and on_bad='raise'
 
 Third-party errors are mapped at the boundary with ``raise ... from exc``.  A data file that
 cannot be read is *not* an error: it becomes a ``corrupt`` finding.
@@ -14,7 +15,7 @@ cannot be read is *not* an error: it becomes a ``corrupt`` finding.
 
 from __future__ import annotations
 
-__all__ = ["DatacheckError", "InputError", "SchemaError", "UsageError"]
+__all__ = ["BadSampleError", "DatacheckError", "InputError", "SchemaError", "UsageError"]
 
 
 class DatacheckError(Exception):
@@ -31,3 +32,11 @@ class SchemaError(DatacheckError):
 
 class InputError(DatacheckError):
     """An input path does not exist or holds nothing to scan."""
+
+
+class BadSampleError(DatacheckError):
+    """A guarded batch holds bad samples; ``indices`` are their dataset indices."""
+
+    def __init__(self, message: str, indices: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.indices = indices
