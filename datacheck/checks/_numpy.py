@@ -8,7 +8,9 @@ Everything here is vectorised: no Python loop runs over rows or values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,9 +24,18 @@ class RowMap:
 
     n_rows: int
     stride: int = 1
-    parents: np.ndarray | None = None
+    parents: Any = None
+    """Indexable (array, or lazily computed) parent row of every value."""
+    fn: Callable[[np.ndarray], np.ndarray] | None = None
+    """General mapping (nested lists): value indices -> rows."""
+
+    @property
+    def identity(self) -> bool:
+        return self.stride == 1 and self.parents is None and self.fn is None
 
     def rows(self, idx: np.ndarray) -> np.ndarray:
+        if self.fn is not None:
+            return self.fn(idx)
         if self.parents is not None:
             return self.parents[idx]
         if self.stride == 1:
@@ -59,7 +70,7 @@ def group_by_row(
     if idx.size == 0:
         return None
     rows = rowmap.rows(idx)
-    if rowmap.stride == 1 and rowmap.parents is None:
+    if rowmap.identity:
         firsts = np.arange(idx.size)
         counts = np.ones(idx.size, dtype=np.int64)
     else:

@@ -1,0 +1,34 @@
+"""datacheck: keep bad data and numerical blow-ups from killing long training runs.
+
+Before training, :func:`scan` checks datasets (NaN, Inf, fp16-overflowing values, nulls,
+schema violations, corrupt files) and writes a report plus a quarantine manifest; after,
+:func:`load_report` reads them back for exploration.  The runtime guards live in
+``datacheck.torch`` (imported separately: ``import datacheck`` never imports torch or dask).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from datacheck._scan import ScanConfig, scan
+from datacheck.checks import CHECKS, FP16_MAX, CheckSpec, Severity
+from datacheck.errors import DatacheckError, InputError, SchemaError, UsageError
+from datacheck.report import Report, load_report
+from datacheck.schema import load_schema
+
+__all__ = [
+    "CHECKS",
+    "FP16_MAX",
+    "CheckSpec",
+    "DatacheckError",
+    "InputError",
+    "Report",
+    "ScanConfig",
+    "SchemaError",
+    "Severity",
+    "UsageError",
+    "__version__",
+    "load_report",
+    "load_schema",
+    "scan",
+]

@@ -1,0 +1,90 @@
+"""Arrow columns -> flat NumPy buffers + row maps, for the value checks.
+
+Scalar numeric columns are viewed zero-copy.  ``list`` / ``large_list`` / ``fixed_size_list``
+columns (embeddings) are flattened to their child values; the row map sends every element back
+to the row that holds it, and is computed only when a check actually finds something.  Null list
+slots are reported as ``null`` at their row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datacheck.checks._numpy import RowMap
+
+
+@dataclass
+class FlatColumn:
+    """A column's numeric leaf values, their validity, and how they map to rows."""
+
+    values: np.ndarray
+    valid: np.ndarray | None
+    rowmap: RowMap
+    row_nulls: np.ndarray | None = None
+    """Rows whose whole value (the list itself) is null."""
+
+
+class _Lazy:
+    """Parent indices computed on first use (only when a check hits something)."""
+
+    def __init__(self, fn: Callable[[], np.ndarray]) -> None:
+        self._fn, self._arr = fn, None
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        if self._arr is None:
+            self._arr = self._fn()
+        return self._arr[idx]
+
+
+def is_list_type(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t) or pa.types.is_integer(t)
+
+
+def leaf_type(t: pa.DataType) -> pa.DataType:
+    while is_list_type(t):
+        t = t.value_type
+    return t
+
+
+def _primitive(arr: pa.Array) -> FlatColumn:
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if arr.null_count == 0:
+        return FlatColumn(arr.to_numpy(zero_copy_only=True), None, RowMap(len(arr)))
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+    return FlatColumn(values, np.asarray(arr.is_valid()), RowMap(len(arr)))
+
+
+def flatten(arr: pa.Array) -> FlatColumn:
+    """Flatten a numeric (possibly nested list) Arrow array for the value checks."""
+    n, t = len(arr), arr.type
+    if not is_list_type(t):
+        return _primitive(arr)
+    row_nulls = np.asarray(arr.is_null()) if arr.null_count else None
+    if pa.types.is_fixed_size_list(t) and arr.null_count == 0:
+        k = t.list_size
+        child = arr.values.slice(arr.offset * k, n * k)
+        to_row: Callable[[np.ndarray], np.ndarray] = lambda idx: idx // k  # noqa: E731
+        direct = RowMap(n, stride=k)
+    else:
+        child = arr.flatten()
+        parents = _Lazy(lambda: np.asarray(pc.list_parent_indices(arr)))
+        to_row = parents.__getitem__
+        direct = RowMap(n, parents=parents)
+    inner = flatten(child)
+    if inner.rowmap.identity:
+        rowmap = direct
+    else:
+        inner_rows = inner.rowmap.rows
+        rowmap = RowMap(n, fn=lambda idx: to_row(inner_rows(idx)))
+    return FlatColumn(inner.values, inner.valid, rowmap, row_nulls)

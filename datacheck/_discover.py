@@ -1,0 +1,106 @@
+"""Inputs -> files -> work units.  Files, directories (recursive) and globs, in any mix."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+from datacheck.errors import InputError
+from datacheck.formats import Format, Opened, WorkUnit, detect, register
+
+__all__ = ["discover", "plan_units"]
+
+_SKIP_NAMES = {"_SUCCESS", "_common_metadata", "_metadata"}
+
+
+class UnknownFormat(Format):
+    """Stands for a file no reader recognises: scanning it yields a ``corrupt`` finding."""
+
+    name = "unknown"
+
+    def open(self, unit: WorkUnit, options: object) -> Opened:
+        raise ValueError(
+            "unrecognised format: not Parquet, CSV, Arrow IPC/Feather or JSON Lines "
+            "(by extension or magic bytes)"
+        )
+
+
+register(UnknownFormat())
+
+
+def _head(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16)
+    except OSError:
+        return b""
+
+
+def _walk(root: Path) -> tuple[list[str], list[str]]:
+    """Data files under a directory, and the files skipped as not data."""
+    files, ignored = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")) or "=" in d)
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            if name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc"):
+                ignored.append(full)
+            elif detect(full, _head(full)) is None:
+                ignored.append(full)
+            else:
+                files.append(full)
+    return files, ignored
+
+
+def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Expand inputs into ``(file, root)`` pairs, each file once, plus ignored non-data files.
+
+    A file named explicitly is always scanned (an unknown format becomes a ``corrupt``
+    finding); inside directories, files that are not data (by extension or magic) are skipped
+    and listed in the report as ignored.
+
+    Raises:
+        InputError: an input matches nothing.
+    """
+    if not inputs:
+        raise InputError("no input paths given; pass files, directories or globs to scan")
+    seen: dict[str, str] = {}
+    ignored: list[str] = []
+    for item in inputs:
+        matches = sorted(glob.glob(item, recursive=True)) if glob.has_magic(item) else [item]
+        if not matches or not all(os.path.exists(m) for m in matches):
+            raise InputError(f"input {item!r}: no such file or directory; check the path")
+        for match in matches:
+            p = Path(match)
+            if p.is_dir():
+                found, skipped = _walk(p)
+                ignored.extend(skipped)
+                for f in found:
+                    seen.setdefault(os.path.normpath(f), str(p))
+            else:
+                seen.setdefault(os.path.normpath(match), str(p.parent))
+    if not seen:
+        raise InputError(f"inputs {inputs!r}: no data files found (Parquet, CSV, Arrow, JSON Lines)")
+    return sorted(seen.items()), sorted(set(ignored) - set(seen))
+
+
+def _partition_keys(path: str, root: str) -> tuple[str, ...]:
+    rel = os.path.relpath(path, root)
+    return tuple(seg.split("=", 1)[0] for seg in Path(rel).parts[:-1] if "=" in seg)
+
+
+def plan_units(files: list[tuple[str, str]], unit_bytes: int = 512 << 20) -> list[WorkUnit]:
+    """One unit per file, or per row-group range for files larger than ``unit_bytes``."""
+    units: list[WorkUnit] = []
+    for path, root in files:
+        st = os.stat(path)
+        fmt = detect(path, _head(path)) or UnknownFormat()
+        pieces = fmt.plan(path, st.st_size, unit_bytes)
+        keys = _partition_keys(path, root)
+        for i, extra in enumerate(pieces):
+            units.append(
+                WorkUnit(path, fmt.name, st.st_size, st.st_mtime, part=i, n_parts=len(pieces),
+                         partition_columns=keys, **extra)
+            )
+    return units

@@ -1,0 +1,222 @@
+"""Scan one work unit: read it chunk by chunk, run the checks, return a small result.
+
+This is the function every executor runs (in-process, a local process pool, a dask worker).
+Reader failures become one ``corrupt`` finding for the file; the rows already read keep their
+findings.  Check code is not wrapped: a bug in datacheck is a crash, not a "corrupt" file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datacheck import findings as fnd
+from datacheck._columns import FlatColumn, flatten, is_numeric, leaf_type
+from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
+from datacheck.checks._registry import Severity
+from datacheck.checks._rules import ColumnRules, default_rules
+from datacheck.formats import Chunk, WorkUnit, get_format
+from datacheck.schema import CompiledSchema
+
+
+@dataclass
+class UnitResult:
+    """What a work unit sends back: counts and where its findings are (never raw data)."""
+
+    key: str
+    path: str
+    format: str
+    part: int
+    n_parts: int
+    rows: int = 0
+    bytes: int = 0
+    columns: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Bad values per check (every element of a vector counted)."""
+    sites: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Manifest rows per check and severity."""
+    corrupt: str | None = None
+    findings_rows: int = 0
+    part_file: str | None = None
+    table: pa.Table | None = None
+    seconds: float = 0.0
+
+
+class _Collector:
+    """Accumulates findings of one unit as Arrow tables plus counters."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tables: list[pa.Table] = []
+        self.counts: Counter[str] = Counter()
+        self.sites: dict[str, Counter[str]] = {}
+
+    def hits(self, column: str, hits: Hits, row_offset: int) -> None:
+        self.tables.append(fnd.hits_table(self.path, column, hits, row_offset))
+        self.counts[hits.check] += hits.total
+        self.sites.setdefault(hits.check, Counter())[hits.severity.value] += len(hits.rows)
+
+    def finding(self, f: fnd.Finding) -> None:
+        self.tables.append(fnd.findings_table([f]))
+        self.counts[f.check] += f.count
+        self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
+
+
+def _column_hits(arr: pa.Array, rules: ColumnRules) -> list[Hits]:
+    t = arr.type
+    if is_numeric(leaf_type(t)):
+        flat: FlatColumn = flatten(arr)
+        out = check_values(flat.values, flat.valid, flat.rowmap, rules)
+        if flat.row_nulls is not None and rules.null is not None:
+            h = group_by_row("null", rules.null, flat.row_nulls, RowMap(len(arr)), None)
+            if h is not None:
+                out.insert(0, h)
+        return out
+    if rules.null is not None and arr.null_count:
+        h = group_by_row("null", rules.null, np.asarray(arr.is_null()), RowMap(len(arr)), None)
+        return [h] if h is not None else []
+    return []
+
+
+def _pandas_hits(arr: pa.Array, column: str, rules: ColumnRules) -> list[Hits]:
+    """Run pandera checks that have no Arrow body on the chunk as a pandas Series."""
+    series = arr.to_pandas()
+    series.name = column
+    out: list[Hits] = []
+    for check in rules.pandas_checks:
+        result = check(series)
+        passed = result.check_output
+        sev = Severity.WARNING if getattr(check, "raise_warning", False) else Severity.ERROR
+        if hasattr(passed, "index"):
+            bad = np.asarray(passed.index[~passed.to_numpy(dtype=bool)], dtype=np.int64)
+            mask = np.zeros(len(arr), dtype=bool)
+            mask[bad] = True
+            h = group_by_row(check.name, sev, mask, RowMap(len(arr)), None)
+            if h is not None:
+                out.append(h)
+        elif not bool(passed):
+            out.append(Hits(check.name, sev, np.array([0]), np.array([len(arr)]), None))
+    return out
+
+
+def _check_chunk(chunk: Chunk, schema: CompiledSchema | None, col: _Collector) -> None:
+    batch = chunk.batch
+    if batch is None:
+        return
+    for name, column in zip(batch.schema.names, batch.columns):
+        leaf = leaf_type(column.type)
+        is_float = pa.types.is_floating(leaf)
+        numeric = is_numeric(leaf)
+        rules = schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        offset = chunk.row_offset
+        for arr in chunks:
+            for h in _column_hits(arr, rules):
+                col.hits(name, h, offset)
+            if rules.pandas_checks:
+                for h in _pandas_hits(arr, name, rules):
+                    col.hits(name, h, offset)
+            offset += len(arr)
+
+
+def _reader_error(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]
+
+
+def _guarded(chunks: Iterator[Chunk], errors: list[str]) -> Iterator[Chunk]:
+    """Yield chunks until the reader fails; record the failure instead of raising."""
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001 - the reader boundary: any failure is corruption
+            errors.append(_reader_error(exc))
+            return
+        yield chunk
+
+
+def scan_unit(
+    unit: WorkUnit,
+    schema: CompiledSchema | None,
+    parts_dir: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> UnitResult:
+    """Scan one unit; findings go to ``parts_dir/<n>.parquet`` or stay in the result."""
+    start = time.perf_counter()
+    col = _Collector(unit.path)
+    res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
+    res.bytes = unit.size // max(unit.n_parts, 1)
+    errors: list[str] = []
+    opts = dict(options or {})
+    if schema is not None:
+        opts.setdefault("arrow_types", schema.arrow_types)
+    try:
+        opened = get_format(unit.format).open(unit, opts)
+    except Exception as exc:  # noqa: BLE001 - reader boundary
+        errors.append(_reader_error(exc))
+        opened = None
+    if opened is not None:
+        res.columns = dict(opened.columns)
+        if schema is not None and unit.part == 0:
+            for f in schema_findings(unit, res.columns, schema):
+                col.finding(f)
+        for chunk in _guarded(opened.chunks, errors):
+            _check_chunk(chunk, schema, col)
+            res.rows += chunk.num_rows
+        if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
+            errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
+    if errors:
+        res.corrupt = errors[0]
+        col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))
+    _finish(res, col, parts_dir)
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
+    res.counts = dict(col.counts)
+    res.sites = {k: dict(v) for k, v in col.sites.items()}
+    table = fnd.concat(col.tables)
+    res.findings_rows = table.num_rows
+    if parts_dir is None or table.num_rows == 0:
+        res.table = table if table.num_rows else None
+        return
+    dest = Path(parts_dir) / f"{_safe_name(res.key)}.parquet"
+    fnd.write_atomic(table, dest)
+    res.part_file = str(dest)
+
+
+def _safe_name(key: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def schema_findings(unit: WorkUnit, columns: dict[str, str], schema: CompiledSchema) -> list[fnd.Finding]:
+    """Columns missing, unexpected, or of another dtype than the schema declares."""
+    out: list[fnd.Finding] = []
+    err = Severity.ERROR
+    for name, spec in schema.columns.items():
+        if name not in columns:
+            if spec.required and name not in unit.partition_columns:
+                out.append(fnd.Finding(unit.path, "schema", err, "column missing", column=name))
+            continue
+        expected = schema.arrow_types.get(name)
+        if expected is not None and columns[name] != str(expected):
+            msg = f"dtype {columns[name]}, schema says {spec.rules.dtype}"
+            out.append(fnd.Finding(unit.path, "schema", err, msg, column=name))
+    if schema.strict:
+        for name in columns:
+            if name not in schema.columns:
+                msg = "unexpected column (schema is strict)"
+                out.append(fnd.Finding(unit.path, "schema", err, msg, column=name))
+    return out

@@ -1,0 +1,161 @@
+"""Findings as columnar data, and the quarantine manifest (a public contract).
+
+``quarantine.parquet`` has one row per bad value-site:
+
+========  ========  =======================================================================
+column    type      meaning
+========  ========  =======================================================================
+path      string    the input file, as the report names it
+row       int64     0-based row (sample) index in the file; null for file/column findings
+column    string    column or tensor key; null for file-level findings
+check     string    check name (``nan``, ``inf``, ``null``, ``extreme``, ``corrupt``, ...)
+severity  string    ``error`` or ``warning``
+value     string    the (first) bad value in that row, or a message; nullable
+count     int32     bad values at this site (elements of a vector; 1 for a scalar)
+========  ========  =======================================================================
+
+Findings are built straight from NumPy index arrays into Arrow columns: no Python object per
+finding, so a shard that is 10% NaN stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datacheck.checks._numpy import Hits
+from datacheck.checks._registry import Severity
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.string()),
+        pa.field("row", pa.int64()),
+        pa.field("column", pa.string()),
+        pa.field("check", pa.string()),
+        pa.field("severity", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("count", pa.int32()),
+    ]
+)
+_DICT = pa.dictionary(pa.int32(), pa.string())
+_COMPACT_SCHEMA = pa.schema(
+    [
+        pa.field("path", _DICT),
+        pa.field("row", pa.int64()),
+        pa.field("column", _DICT),
+        pa.field("check", _DICT),
+        pa.field("severity", _DICT),
+        pa.field("value", pa.string()),
+        pa.field("count", pa.int32()),
+    ]
+)
+
+
+def _const(text: str | None, n: int) -> pa.Array:
+    """A length-``n`` dictionary array holding one string: O(n) int32 indices, one string."""
+    if text is None:
+        return pa.nulls(n, _DICT)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(n, dtype=np.int32)), pa.array([text], pa.string())
+    )
+
+
+def _value_strings(hits: Hits) -> pa.Array:
+    if hits.values is None:
+        return pa.nulls(len(hits.rows), pa.string())
+    return pc.cast(pa.array(hits.values, pa.float64()), pa.string())
+
+
+def hits_table(path: str, column: str, hits: Hits, row_offset: int) -> pa.Table:
+    """Findings of one check in one column of a chunk, as a compact Arrow table."""
+    n = len(hits.rows)
+    return pa.table(
+        [
+            _const(path, n),
+            pa.array(hits.rows + row_offset, pa.int64()),
+            _const(column, n),
+            _const(hits.check, n),
+            _const(hits.severity.value, n),
+            _value_strings(hits),
+            pa.array(np.minimum(hits.counts, np.iinfo(np.int32).max).astype(np.int32)),
+        ],
+        schema=_COMPACT_SCHEMA,
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A single file- or column-level finding (row null), e.g. ``corrupt`` or ``schema``."""
+
+    path: str
+    check: str
+    severity: Severity
+    value: str | None = None
+    column: str | None = None
+    row: int | None = None
+    count: int = 1
+
+
+def findings_table(findings: Sequence[Finding]) -> pa.Table:
+    """A compact table from a few scalar findings (file/column level: never millions)."""
+    cols = {
+        "path": [f.path for f in findings],
+        "row": [f.row for f in findings],
+        "column": [f.column for f in findings],
+        "check": [f.check for f in findings],
+        "severity": [f.severity.value for f in findings],
+        "value": [f.value for f in findings],
+        "count": [f.count for f in findings],
+    }
+    return pa.Table.from_pydict(cols, schema=MANIFEST_SCHEMA).cast(_COMPACT_SCHEMA)
+
+
+def empty_table() -> pa.Table:
+    return _COMPACT_SCHEMA.empty_table()
+
+
+def concat(tables: Iterable[pa.Table]) -> pa.Table:
+    """Concatenate compact tables (dictionaries are unified lazily by Arrow)."""
+    tables = list(tables)
+    if not tables:
+        return empty_table()
+    return pa.concat_tables(tables)
+
+
+def write_atomic(table: pa.Table, dest: Path) -> None:
+    """Write a manifest part so that a crash leaves either the whole file or none."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    pq.write_table(table, tmp, store_schema=False, compression="zstd")
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, dest)
+
+
+class ManifestWriter:
+    """Appends findings to ``quarantine.parquet`` one row group at a time (bounded memory)."""
+
+    def __init__(self, dest: Path) -> None:
+        self._dest = dest
+        self._writer = pq.ParquetWriter(dest, MANIFEST_SCHEMA, compression="zstd")
+        self.rows = 0
+
+    def append(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table.cast(MANIFEST_SCHEMA))
+            self.rows += table.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def read_manifest(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
+    """Read a quarantine manifest back with the contract's plain types."""
+    table = pq.read_table(path, columns=columns)
+    return table.cast(pa.schema([MANIFEST_SCHEMA.field(n) for n in table.column_names]))

@@ -1,0 +1,158 @@
+"""Readers: one module per format family behind one small seam.
+
+A :class:`Format` knows how to recognise a file (extension, magic bytes), how to split it into
+work units (a whole file, or a range of Parquet row groups), and how to stream a unit as
+:class:`Chunk` objects, each a bounded slice of rows (an Arrow record batch, or a dict of
+tensors whose first axis is the sample index).  The scan engine never sees a file handle.
+
+To add a format: subclass :class:`Format`, and call :func:`register` at import time of a module
+listed in ``_BUILTIN_MODULES`` (imported lazily, so heavy readers cost nothing until used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+__all__ = ["Chunk", "Format", "Opened", "WorkUnit", "detect", "get_format", "register"]
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """A file, or a row-group range of a large file: the unit of parallel work."""
+
+    path: str
+    format: str
+    size: int
+    mtime: float
+    part: int = 0
+    """Index of this unit within its file (0 for a whole file)."""
+    n_parts: int = 1
+    row_groups: tuple[int, int] | None = None
+    """Half-open row-group range, or None for the whole file."""
+    row_offset: int = 0
+    """Row index in the file of the unit's first row."""
+    partition_columns: tuple[str, ...] = ()
+    """Hive partition keys found in the path (``key=value`` folders)."""
+
+    @property
+    def key(self) -> str:
+        """Stable identity for resume: path, size, mtime and the part."""
+        return f"{self.path}|{self.size}|{self.mtime:.6f}|{self.part}/{self.n_parts}"
+
+
+@dataclass
+class Chunk:
+    """A bounded slice of a file's rows, starting at ``row_offset``."""
+
+    row_offset: int
+    batch: pa.RecordBatch | pa.Table | None = None
+    tensors: Mapping[str, np.ndarray] | None = None
+    """Tensor key -> array with the sample index on axis 0 (tensor formats)."""
+
+    @property
+    def num_rows(self) -> int:
+        if self.batch is not None:
+            return self.batch.num_rows
+        if self.tensors:
+            return max(len(a) if a.ndim else 1 for a in self.tensors.values())
+        return 0
+
+
+@dataclass
+class Opened:
+    """An opened unit: its column types and a stream of chunks."""
+
+    columns: dict[str, str]
+    """Column / tensor key -> dtype name (Arrow type string for tables)."""
+    chunks: Iterator[Chunk]
+    expected_rows: int | None = None
+    """Rows the file's own metadata claims for this unit, checked against rows read."""
+    arrow_schema: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Format:
+    """A file format family.  Subclasses set ``name``/``extensions`` and implement ``open``."""
+
+    name: str = ""
+    extensions: tuple[str, ...] = ()
+    tabular: bool = True
+
+    def sniff(self, head: bytes) -> bool:
+        """True if the first bytes of a file identify this format."""
+        return False
+
+    def plan(self, path: str, size: int, unit_bytes: int) -> list[dict[str, Any]]:
+        """Split a file into units (kwargs for :class:`WorkUnit`); default: the whole file."""
+        return [{}]
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        """Open a unit for reading.  Any exception becomes a ``corrupt`` finding."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, Format] = {}
+_BUILTIN_MODULES = ("datacheck.formats._tabular", "datacheck.formats._tensor")
+_loaded = False
+
+
+def register(fmt: Format) -> Format:
+    """Register a format (later registrations win on extension clashes)."""
+    _REGISTRY[fmt.name] = fmt
+    return fmt
+
+
+def _ensure_loaded() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in _BUILTIN_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+
+
+def formats() -> dict[str, Format]:
+    _ensure_loaded()
+    return dict(_REGISTRY)
+
+
+def get_format(name: str) -> Format:
+    _ensure_loaded()
+    return _REGISTRY[name]
+
+
+def _ext_match(path: str) -> Format | None:
+    lower = path.lower()
+    for suffix in (".gz", ".bz2", ".zst", ".lz4"):
+        if lower.endswith(suffix):
+            lower = lower[: -len(suffix)]
+            break
+    best: tuple[int, Format] | None = None
+    for fmt in _REGISTRY.values():
+        for ext in fmt.extensions:
+            if lower.endswith(ext) and (best is None or len(ext) > best[0]):
+                best = (len(ext), fmt)
+    return None if best is None else best[1]
+
+
+def detect(path: str, head: bytes) -> Format | None:
+    """The format of a file: by extension, else by magic bytes; None if unknown."""
+    _ensure_loaded()
+    fmt = _ext_match(path)
+    if fmt is not None:
+        return fmt
+    for fmt in _REGISTRY.values():
+        if fmt.sniff(head):
+            return fmt
+    return None

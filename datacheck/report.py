@@ -1,0 +1,174 @@
+"""The scan report: ``report.json`` + ``quarantine.parquet``, and the :class:`Report` object.
+
+``report.json`` (format version 1) holds the command's settings, summary counts and ``files``:
+one entry per input file, every file exactly once, with ``path``, ``format``, ``status``
+(``ok`` | ``flagged`` | ``corrupt``), ``rows``, ``bytes``, ``counts`` (bad values per check),
+``sites`` (manifest rows per check and severity), ``columns`` (dtype per column) and ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from datacheck.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["FORMAT_VERSION", "Report", "exit_code_for", "load_report"]
+
+FORMAT_VERSION = 1
+REPORT_JSON = "report.json"
+MANIFEST = "quarantine.parquet"
+FAIL_ON = ("error", "warning", "never")
+
+
+def exit_code_for(sites_by_check: dict[str, dict[str, int]], fail_on: str) -> int:
+    """1 when any finding is at or above ``fail_on``, else 0."""
+    if fail_on == "never":
+        return 0
+    gating = {"error"} if fail_on == "error" else {"error", "warning"}
+    hit = any(n for sev in sites_by_check.values() for s, n in sev.items() if s in gating)
+    return 1 if hit else 0
+
+
+def summarise(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """Summary counts over the per-file entries."""
+    status = Counter(f["status"] for f in files)
+    values: Counter[str] = Counter()
+    sites: dict[str, Counter[str]] = {}
+    for f in files:
+        values.update(f["counts"])
+        for check, by_sev in f["sites"].items():
+            sites.setdefault(check, Counter()).update(by_sev)
+    return {
+        "files": len(files),
+        "rows": sum(f["rows"] for f in files),
+        "bytes": sum(f["bytes"] for f in files),
+        "status": {k: status.get(k, 0) for k in ("ok", "flagged", "corrupt")},
+        "values": dict(sorted(values.items())),
+        "sites": {k: dict(sorted(v.items())) for k, v in sorted(sites.items())},
+        "corrupt_files": status.get("corrupt", 0),
+    }
+
+
+def write_report_json(out: Path, settings: dict[str, Any], files: list[dict[str, Any]],
+                      ignored: Iterable[str], seconds: float) -> dict[str, Any]:
+    from datacheck import __version__
+
+    summary = summarise(files)
+    summary["seconds"] = round(seconds, 3)
+    summary["exit_code"] = exit_code_for(summary["sites"], settings.get("fail_on", "error"))
+    doc = {
+        "format_version": FORMAT_VERSION,
+        "tool": f"datacheck {__version__}",
+        "settings": settings,
+        "summary": summary,
+        "files": files,
+        "ignored": sorted(ignored),
+    }
+    tmp = out / (REPORT_JSON + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(tmp, out / REPORT_JSON)
+    return doc
+
+
+class Report:
+    """A scan's results, read from its output folder.
+
+    Attributes:
+        dir: the output folder.
+        data: the parsed ``report.json``.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], data: dict[str, Any] | None = None,
+                 _keepalive: Any = None) -> None:
+        self.dir = Path(directory)
+        self._keepalive = _keepalive  # e.g. a TemporaryDirectory owning self.dir
+        if data is None:
+            data = _read_json(self.dir)
+        self.data = data
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.data["summary"]
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.data["settings"]
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / MANIFEST
+
+    def exit_code(self, fail_on: str | None = None) -> int:
+        """0 when nothing is at or above ``fail_on`` (default: the scan's setting), else 1."""
+        return exit_code_for(self.summary["sites"], fail_on or self.settings.get("fail_on", "error"))
+
+    @property
+    def ok(self) -> bool:
+        """True when the scan found nothing at or above its ``fail_on`` severity."""
+        return self.exit_code() == 0
+
+    @cached_property
+    def files(self) -> pd.DataFrame:
+        """One row per input file: path, format, status, rows, bytes, error, and a column per check."""
+        import pandas as pd
+
+        rows = []
+        for f in self.data["files"]:
+            row = {k: f.get(k) for k in ("path", "format", "status", "rows", "bytes", "error")}
+            row.update({f"n_{c}": n for c, n in f["counts"].items()})
+            rows.append(row)
+        df = pd.DataFrame(rows, columns=["path", "format", "status", "rows", "bytes", "error"])
+        if rows:
+            df = pd.DataFrame(rows)
+            counts = [c for c in df.columns if c.startswith("n_")]
+            df[counts] = df[counts].fillna(0).astype("int64")
+        return df
+
+    @property
+    def findings(self) -> pd.DataFrame:
+        """The quarantine manifest as a DataFrame (one row per bad value-site)."""
+        from datacheck.findings import read_manifest
+
+        import pandas as pd
+        import pyarrow as pa
+
+        table = read_manifest(self.manifest_path)
+        mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
+        return table.to_pandas(types_mapper=mapping.get)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"<Report {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
+                f"{s['status']['flagged']} flagged, {s['corrupt_files']} corrupt>")
+
+
+def _read_json(directory: Path) -> dict[str, Any]:
+    path = directory / REPORT_JSON
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise InputError(f"report {str(directory)!r}: no {REPORT_JSON}; pass the --out folder of a scan") from exc
+    except (OSError, ValueError) as exc:
+        raise InputError(f"report {str(path)!r}: unreadable ({exc}); rerun the scan") from exc
+    if data.get("format_version") != FORMAT_VERSION:
+        raise InputError(f"report {str(path)!r}: format version {data.get('format_version')!r}, "
+                         f"this datacheck reads {FORMAT_VERSION}; rerun the scan")
+    return data
+
+
+def load_report(directory: str | os.PathLike[str]) -> Report:
+    """Load a scan's report folder (``report.json`` + ``quarantine.parquet``).
+
+    Raises:
+        InputError: the folder holds no readable report.
+    """
+    return Report(directory)

@@ -1,0 +1,284 @@
+"""pandera schemas as datacheck's schema language, compiled into per-column check rules.
+
+Users write pandera schemas, in pandera's own YAML (what ``DataFrameSchema.to_yaml()`` writes
+loads as is) or in Python (``module:attr``).  datacheck's own checks (``finite``, ``max_abs``,
+``fp16_safe``, ``bf16_safe``) are registered through pandera's extension API, so the same file
+validates a pandas DataFrame in pandera and drives ``datacheck scan``.
+
+Compilation splits each column's checks: range, membership and magnitude checks run on Arrow
+buffers (:mod:`datacheck.checks._numpy`); anything else runs through pandera on the batch as
+pandas.  NaN is never treated as null here: a float column's NaN is a ``nan`` finding even when
+the column is nullable.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datacheck.checks._registry import BF16_MAX, FP16_MAX, Severity
+from datacheck.checks._rules import Allowed, Bound, ColumnRules, Range, default_rules
+from datacheck.errors import SchemaError
+
+__all__ = ["CompiledSchema", "compile_schema", "load_schema"]
+
+FP16_OVERFLOW = float(np.nextafter(65520.0, 0.0))
+"""|x| above this overflows to Inf when cast to float16 (round-to-nearest-even)."""
+
+
+def _register_checks() -> None:
+    import pandera.extensions as ext
+    from pandera.api.extensions import CheckType  # noqa: F401 - imported for its side effect
+
+    registered = getattr(_register_checks, "done", False)
+    if registered:
+        return
+
+    @ext.register_check_method(statistics=[])
+    def finite(pandas_obj):  # type: ignore[no-untyped-def]
+        """Every value is finite: no NaN, +Inf or -Inf (NaN is not treated as null)."""
+        return np.isfinite(pandas_obj.astype("float64"))
+
+    @ext.register_check_method(statistics=["max_abs"])
+    def max_abs(pandas_obj, *, max_abs):  # type: ignore[no-untyped-def]
+        """|x| <= max_abs for every finite value."""
+        return ~(pandas_obj.abs() > max_abs)
+
+    @ext.register_check_method(statistics=[])
+    def fp16_safe(pandas_obj):  # type: ignore[no-untyped-def]
+        """The value stays finite after a cast to float16 (|x| < 65520)."""
+        return ~(pandas_obj.abs() > FP16_OVERFLOW)
+
+    @ext.register_check_method(statistics=[])
+    def bf16_safe(pandas_obj):  # type: ignore[no-untyped-def]
+        """The value stays finite after a cast to bfloat16."""
+        return ~(pandas_obj.abs() > BF16_MAX)
+
+    _register_checks.done = True  # type: ignore[attr-defined]
+
+
+DATACHECK_CHECKS = ("finite", "max_abs", "fp16_safe", "bf16_safe")
+_RANGE_CHECKS = {
+    "in_range": lambda s: Range(
+        "out_of_range",
+        s["sev"],
+        s.get("min_value"),
+        s.get("max_value"),
+        s.get("include_min", True),
+        s.get("include_max", True),
+    ),
+    "greater_than": lambda s: Range(
+        "out_of_range", s["sev"], min=s["min_value"], include_min=False
+    ),
+    "greater_than_or_equal_to": lambda s: Range("out_of_range", s["sev"], min=s["min_value"]),
+    "less_than": lambda s: Range("out_of_range", s["sev"], max=s["max_value"], include_max=False),
+    "less_than_or_equal_to": lambda s: Range("out_of_range", s["sev"], max=s["max_value"]),
+}
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One schema column after compilation."""
+
+    name: str
+    rules: ColumnRules
+    required: bool = True
+    numeric: bool = True
+
+
+@dataclass(frozen=True)
+class CompiledSchema:
+    """What a scan needs from a schema; picklable, so it travels to worker processes."""
+
+    source: str
+    columns: Mapping[str, ColumnSpec] = field(default_factory=dict)
+    strict: bool = False
+    arrow_types: Mapping[str, Any] = field(default_factory=dict)
+    """Arrow types to parse text formats (CSV, JSON Lines) with."""
+
+    def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
+        spec = self.columns.get(name)
+        if spec is None:
+            return default_rules(is_float, is_numeric)
+        return spec.rules
+
+
+def _severity(check: Any) -> Severity:
+    return Severity.WARNING if getattr(check, "raise_warning", False) else Severity.ERROR
+
+
+def _compile_column(name: str, column: Any) -> ColumnSpec:
+    dtype = str(column.dtype) if column.dtype is not None else None
+    numeric = dtype is None or _is_numeric_dtype(dtype)
+    is_float = dtype is None or dtype.startswith("float")
+    bounds: list[Bound] = []
+    ranges: list[Range] = []
+    allowed: list[Allowed] = []
+    pandas_checks: list[Any] = []
+    for check in column.checks:
+        stats = dict(check.statistics or {})
+        sev = _severity(check)
+        if check.name == "finite":
+            continue  # nan/inf are always checked on float columns
+        if check.name == "max_abs" and numeric:
+            bounds.append(Bound(float(stats["max_abs"]), "extreme", sev))
+        elif check.name in ("fp16_safe", "bf16_safe") and numeric:
+            limit = FP16_OVERFLOW if check.name == "fp16_safe" else BF16_MAX
+            bounds.append(Bound(limit, check.name, sev))
+        elif check.name in _RANGE_CHECKS and numeric:
+            ranges.append(_RANGE_CHECKS[check.name]({**stats, "sev": sev}))
+        elif check.name in ("isin", "notin") and numeric:
+            key = "allowed_values" if check.name == "isin" else "forbidden_values"
+            allowed.append(Allowed(check.name, sev, tuple(stats[key]), check.name == "notin"))
+        else:
+            pandas_checks.append(check)
+    if is_float and not any(b.check == "extreme" for b in bounds):
+        bounds.append(Bound(FP16_MAX))  # the fp16 warning still applies to float columns
+    rules = ColumnRules(
+        nan=Severity.ERROR if is_float else None,
+        inf=Severity.ERROR if is_float else None,
+        null=None if column.nullable else Severity.ERROR,
+        bounds=tuple(bounds),
+        ranges=tuple(ranges),
+        allowed=tuple(allowed),
+        dtype=dtype,
+        pandas_checks=tuple(pandas_checks),
+    )
+    return ColumnSpec(name, rules, required=bool(column.required), numeric=numeric)
+
+
+def _is_numeric_dtype(dtype: str) -> bool:
+    return dtype.lower().startswith(("float", "int", "uint"))
+
+
+def _arrow_type(dtype: str | None) -> Any:
+    import pyarrow as pa
+
+    if dtype is None or not _is_numeric_dtype(dtype):
+        return None
+    try:
+        return pa.from_numpy_dtype(np.dtype(dtype.lower()))
+    except TypeError:
+        return None
+
+
+def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
+    """Compile a pandera ``DataFrameSchema`` into per-column rules."""
+    columns = {name: _compile_column(name, col) for name, col in schema.columns.items()}
+    arrow_types = {n: t for n, c in columns.items() if (t := _arrow_type(c.rules.dtype))}
+    return CompiledSchema(source, columns, bool(schema.strict), arrow_types)
+
+
+def _known_check_names() -> set[str]:
+    from pandera.api.checks import Check
+
+    names = {n for n in dir(Check) if not n.startswith("_")}
+    return names | set(DATACHECK_CHECKS)
+
+
+def _validate_yaml_checks(doc: Any, where: str) -> None:
+    """Catch the mistakes pandera reports badly: unknown check names, misspelt keys."""
+    if not isinstance(doc, dict):
+        raise SchemaError(
+            f"schema {where}: expected a YAML mapping with 'columns', got {type(doc).__name__}"
+        )
+    columns = doc.get("columns")
+    if not isinstance(columns, dict):
+        raise SchemaError(
+            f"schema {where}: no 'columns' mapping; write it as pandera's DataFrameSchema.to_yaml() does"
+        )
+    known = _known_check_names()
+    for col, body in columns.items():
+        for check in (body or {}).get("checks") or []:
+            name = (
+                (check.get("options") or {}).get("check_name") if isinstance(check, dict) else None
+            )
+            if name is None:
+                raise SchemaError(
+                    f"schema {where}, column {col!r}: a check has no options.check_name; "
+                    "write checks as pandera's to_yaml() does, e.g. {max_abs: 10, options: {check_name: max_abs}}"
+                )
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise SchemaError(f"schema {where}, column {col!r}: unknown check {name!r}{hint}")
+
+
+def _load_yaml(path: Path) -> Any:
+    import yaml
+    from pandera.api.pandas.container import DataFrameSchema
+
+    where = repr(str(path))
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SchemaError(
+            f"schema {where}: cannot read it ({exc.strerror}); check the path"
+        ) from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        at = f" line {line + 1}" if line is not None else ""
+        raise SchemaError(f"schema {where}{at}: invalid YAML; fix the syntax") from exc
+    _validate_yaml_checks(doc, where)
+    try:
+        return DataFrameSchema.from_yaml(text)
+    except Exception as exc:  # pandera raises many types here
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SchemaError(f"schema {where}: pandera cannot load it: {msg}") from exc
+
+
+def _load_python(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SchemaError(f"schema {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
+        raise SchemaError(
+            f"schema {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from exc
+    if callable(obj) and not hasattr(obj, "columns"):
+        obj = obj()
+    if hasattr(obj, "to_schema"):  # a DataFrameModel
+        obj = obj.to_schema()
+    if not hasattr(obj, "columns"):
+        raise SchemaError(f"schema {spec!r}: {type(obj).__name__} is not a pandera DataFrameSchema")
+    return obj
+
+
+def load_schema(spec: Any) -> CompiledSchema | None:
+    """Load a schema from a YAML path, ``module:attr``, or a pandera schema object.
+
+    Raises:
+        SchemaError: with what is wrong, where, and how to fix it.
+    """
+    if spec is None:
+        return None
+    _register_checks()
+    if isinstance(spec, CompiledSchema):
+        return spec
+    if hasattr(spec, "columns"):
+        return compile_schema(spec)
+    text = str(spec)
+    path = Path(text)
+    if path.suffix.lower() in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise SchemaError(
+                f"schema {text!r}: no such file; pass a pandera YAML file or module:attr"
+            )
+        return compile_schema(_load_yaml(path), str(path))
+    if ":" in text:
+        return compile_schema(_load_python(text), text)
+    raise SchemaError(
+        f"schema {text!r}: not a file and not module:attr; pass a pandera YAML file or module:attr"
+    )

@@ -1,0 +1,292 @@
+"""The torch body of the value checks, run per sample on a batch where it lives.
+
+A batch is any nesting of dicts, lists and tuples; its *leaves* are tensors (checked when
+floating, or when a rule names them) and per-sample lists of plain values (sliced alongside).
+Every tensor leaf is viewed as ``[n_samples, -1]``.
+
+The check is two steps so that the host waits at most once per clean batch:
+
+1. :func:`launch_check` enqueues per-sample ``amin`` / ``amax`` reductions on the batch's
+   device and turns them into one ``[n_leaves, n_samples]`` flag tensor (a superset of the bad
+   samples: a NaN, an Inf, or a bound crossed), copied to the host without blocking.
+2. :meth:`PendingCheck.result` waits for that copy (the one sync); only when a flag is set
+   does it copy the flagged rows to the host and run the NumPy body
+   (:func:`datacheck.checks._numpy.check_values`) on them, so names, severities and semantics
+   are exactly the scan's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from datacheck.checks._numpy import RowMap, check_values
+from datacheck.checks._registry import Severity
+from datacheck.checks._rules import Bound, ColumnRules, Range
+from datacheck.errors import UsageError
+
+ROOT_KEY = "batch"
+"""Key of a batch that is a single tensor."""
+
+_SEQUENCES = (list, tuple)
+
+
+@dataclass(frozen=True)
+class SampleFinding:
+    """One check that failed on one sample of a batch."""
+
+    pos: int
+    """Position of the sample in the batch (first dimension)."""
+    key: str
+    """Leaf path in the batch, e.g. ``image`` or ``inputs.0``."""
+    check: str
+    severity: Severity
+    value: str
+    """First bad value of the sample in this leaf, as text."""
+    count: int
+    """Number of bad values of the sample in this leaf."""
+
+
+# --------------------------------------------------------------------------- batch structure
+
+
+def _is_container(x: Any) -> bool:
+    if isinstance(x, Mapping):
+        return True
+    if isinstance(x, _SEQUENCES):
+        return len(x) == 0 or any(_is_container(v) or _is_array(v) for v in x)
+    return False
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (torch.Tensor, np.ndarray))
+
+
+def _join(prefix: str, name: Any) -> str:
+    return f"{prefix}.{name}" if prefix else str(name)
+
+
+def map_leaves(batch: Any, fn: Callable[[str, Any], Any], prefix: str = "") -> Any:
+    """Rebuild ``batch`` with ``fn(key, leaf)`` applied to every leaf (containers kept)."""
+    if isinstance(batch, Mapping):
+        items = {k: map_leaves(v, fn, _join(prefix, k)) for k, v in batch.items()}
+        return items if type(batch) is dict else _rebuild(batch, items)
+    if isinstance(batch, _SEQUENCES) and _is_container(batch):
+        items = [map_leaves(v, fn, _join(prefix, i)) for i, v in enumerate(batch)]
+        if isinstance(batch, list):
+            return items
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return fn(prefix or ROOT_KEY, batch)
+
+
+def _rebuild(mapping: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
+    try:
+        return type(mapping)(items)
+    except TypeError:
+        return items
+
+
+def leaves(batch: Any) -> list[tuple[str, Any]]:
+    """All leaves of ``batch`` with their keys, in a stable order."""
+    out: list[tuple[str, Any]] = []
+    map_leaves(batch, lambda k, v: out.append((k, v)))
+    return out
+
+
+def check_rows(key: str, leaf: Any, n: int) -> None:
+    """Refuse a leaf whose first dimension is not the batch's number of dataset indices."""
+    if isinstance(leaf, torch.Tensor | np.ndarray):
+        if leaf.ndim == 0:
+            return
+        size = leaf.shape[0]
+    elif isinstance(leaf, _SEQUENCES):
+        size = len(leaf)
+    else:
+        return
+    if size != n:
+        raise UsageError(
+            f"GuardedLoader: batch leaf {key!r} has {size} rows but the sampler handed {n} "
+            "dataset indices to this batch; a collate_fn that merges or splits samples (e.g. "
+            "sequence packing) cannot be checked per sample. Guard the loader before packing, "
+            "or make the collate_fn keep one row per sample."
+        )
+
+
+def take(batch: Any, keep: list[int]) -> Any:
+    """Keep the samples at positions ``keep`` (ascending) in every leaf of ``batch``."""
+    index: dict[torch.device, torch.Tensor] = {}
+
+    def _take(_key: str, leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor):
+            if leaf.ndim == 0:
+                return leaf
+            if leaf.device not in index:
+                index[leaf.device] = torch.tensor(keep, dtype=torch.long, device=leaf.device)
+            return leaf.index_select(0, index[leaf.device])
+        if isinstance(leaf, np.ndarray):
+            return leaf if leaf.ndim == 0 else leaf[keep]
+        if isinstance(leaf, _SEQUENCES):
+            return type(leaf)(leaf[i] for i in keep)
+        return leaf
+
+    return map_leaves(batch, _take)
+
+
+def to_device(batch: Any, device: torch.device | None, non_blocking: bool) -> Any:
+    """Move every tensor leaf to ``device`` (no-op when None)."""
+    if device is None:
+        return batch
+
+    def _move(_key: str, leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.to(device, non_blocking=non_blocking)
+        return leaf
+
+    return map_leaves(batch, _move)
+
+
+# --------------------------------------------------------------------------- rules per leaf
+
+
+def _match(key: str, table: Mapping[str, Any]) -> tuple[bool, Any]:
+    if key in table:
+        return True, table[key]
+    for pattern, value in table.items():
+        if fnmatch.fnmatchcase(key, pattern):
+            return True, value
+    return False, None
+
+
+def leaf_rules(
+    key: str,
+    dtype: torch.dtype,
+    max_abs: float | None | Mapping[str, float | None],
+    ranges: Mapping[str, Range],
+) -> ColumnRules | None:
+    """The rules a leaf runs: NaN/Inf/``extreme`` on floats, ``out_of_range`` where named.
+
+    ``max_abs`` is one bound for every floating leaf, or a mapping from key (or glob pattern)
+    to a bound (None: no bound); a floating leaf absent from the mapping has no bound.
+    """
+    if dtype == torch.bool or dtype.is_complex:
+        return None
+    found, rng = _match(key, ranges)
+    range_rules = (rng,) if found else ()
+    if not dtype.is_floating_point:
+        return ColumnRules(nan=None, inf=None, ranges=range_rules) if range_rules else None
+    bound = max_abs
+    if isinstance(max_abs, Mapping):
+        bound = _match(key, max_abs)[1]
+    bounds = (Bound(float(bound)),) if bound is not None else ()
+    return ColumnRules(bounds=bounds, ranges=range_rules)
+
+
+# --------------------------------------------------------------------------- the check
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    key: str
+    values: torch.Tensor
+    """The leaf viewed as ``[n_samples, -1]``."""
+    rules: ColumnRules
+
+
+def _stat_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float32 if x.device.type == "mps" else torch.float64
+
+
+def _row_flags(x2: torch.Tensor, rules: ColumnRules) -> torch.Tensor:
+    """Per-sample flag: the sample *may* fail a rule (exact for NaN/Inf/bounds/ranges)."""
+    # Two plain reductions: on CPU, amin+amax run ~8x faster than aminmax(dim=1).
+    lo = x2.amin(dim=1).to(_stat_dtype(x2))
+    hi = x2.amax(dim=1).to(_stat_dtype(x2))
+    flags = ~(torch.isfinite(lo) & torch.isfinite(hi))  # NaN propagates through amin/amax
+    for b in rules.bounds:
+        flags |= (lo < -b.max_abs) | (hi > b.max_abs)
+    for r in rules.ranges:
+        if r.min is not None:
+            flags |= lo < r.min if r.include_min else lo <= r.min
+        if r.max is not None:
+            flags |= hi > r.max if r.include_max else hi >= r.max
+    return flags
+
+
+@dataclass
+class PendingCheck:
+    """A check launched on a batch; :meth:`result` waits for it (the one host sync)."""
+
+    n: int
+    checked: list[_Leaf]
+    flags: torch.Tensor | None
+    event: Any = None
+
+    def result(self) -> list[SampleFinding]:
+        """Findings of the batch, ordered by leaf then sample; empty for a clean batch."""
+        if self.flags is None:
+            return []
+        if self.event is not None:
+            self.event.synchronize()
+        host = self.flags.numpy()
+        if not host.any():
+            return []
+        out: list[SampleFinding] = []
+        for leaf, row_flags in zip(self.checked, host, strict=True):
+            rows = np.flatnonzero(row_flags)
+            if rows.size:
+                out.extend(_details(leaf, rows))
+        return out
+
+
+def launch_check(batch: Any, n: int, rules_for: Callable[[str, torch.dtype], Any]) -> PendingCheck:
+    """Enqueue the per-sample checks of every leaf of ``batch`` (``n`` samples)."""
+    checked: list[_Leaf] = []
+    flags: list[torch.Tensor] = []
+    for key, leaf in leaves(batch):
+        check_rows(key, leaf, n)
+        if not isinstance(leaf, torch.Tensor) or leaf.ndim == 0 or leaf.numel() == 0:
+            continue
+        rules = rules_for(key, leaf.dtype)
+        if rules is None:
+            continue
+        x2 = leaf.reshape(n, -1)
+        checked.append(_Leaf(key, x2, rules))
+        flags.append(_row_flags(x2, rules))
+    if not flags:
+        return PendingCheck(n, checked, None)
+    stacked = torch.stack(flags)
+    if stacked.device.type != "cuda":
+        return PendingCheck(n, checked, stacked.cpu())
+    host = torch.empty(stacked.shape, dtype=torch.bool, pin_memory=True)
+    host.copy_(stacked, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return PendingCheck(n, checked, host, event)
+
+
+def _to_numpy(x: torch.Tensor) -> np.ndarray:
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.to(torch.float32)  # exact; NumPy has no bfloat16
+    return x.cpu().numpy()
+
+
+def _details(leaf: _Leaf, rows: np.ndarray) -> list[SampleFinding]:
+    """Run the NumPy body on the flagged rows of one leaf (bad batches only)."""
+    index = torch.as_tensor(rows, dtype=torch.long, device=leaf.values.device)
+    sub = _to_numpy(leaf.values.index_select(0, index))
+    width = sub.shape[1]
+    hits = check_values(sub.reshape(-1), None, RowMap(n_rows=rows.size, stride=width), leaf.rules)
+    out = []
+    for h in hits:
+        values = h.values if h.values is not None else np.full(h.rows.size, np.nan)
+        texts = pc.cast(pa.array(values, pa.float64()), pa.string()).to_pylist()  # as scans
+        for r, c, v in zip(rows[h.rows].tolist(), h.counts.tolist(), texts, strict=True):
+            out.append(SampleFinding(r, leaf.key, h.check, h.severity, v, c))
+    return out

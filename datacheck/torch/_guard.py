@@ -1,0 +1,534 @@
+"""TrainingGuard: the gradient side of the runtime guard.
+
+``guard.step(loss)`` replaces ``optimizer.step()`` (and ``scaler.step`` / ``scaler.update``).
+Each step it computes one total gradient norm (foreach), shares (flags, loss, norm) with
+every rank in one small all-reduce, and runs the same policy on every rank:
+
+    healthy            -> step (clipped to ``clip_norm`` when above it)
+    grad-norm spike    -> warn (the early sign), then step on clipped gradients
+    fp16 overflow      -> let the GradScaler skip and lower its scale (normal, not divergence)
+    NaN/Inf or a loss spike -> skip: weights and optimizer state untouched
+    ``rollback_after`` bad steps in a row (or a collapsing loss scale)
+                       -> roll back to the last good snapshot and lower the LR
+    ``max_rollbacks`` rollbacks without progress -> stop with a clear message
+
+Every action is a line in a JSON Lines log (one file per rank).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+from datacheck.errors import DatacheckError, UsageError
+from datacheck.torch import _dist
+from datacheck.torch._snapshots import SnapshotStore, capture_rng, restore_rng
+
+__all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped"]
+
+DIVERGENCE_EVENTS = frozenset({"nonfinite", "loss_spike", "scaler_collapse", "rollback", "stop"})
+"""Event kinds that mean the run is in trouble (``grad_spike`` is a warning only)."""
+
+
+class TrainingStopped(DatacheckError):
+    """The guard gave up: rollbacks did not recover the run."""
+
+
+class Action(str, enum.Enum):
+    """What ``TrainingGuard.step`` did."""
+
+    STEP = "step"
+    """The optimizer stepped; the gradient norm was within ``clip_norm``."""
+    CLIP = "clip"
+    """The optimizer stepped on gradients clipped to ``clip_norm``."""
+    DROP_RANKS = "drop_ranks"
+    """The optimizer stepped on the healthy ranks' average; bad ranks' shares were dropped."""
+    SCALER_SKIP = "scaler_skip"
+    """fp16 overflow: the GradScaler skipped the step and lowered its scale (normal)."""
+    SKIP = "skip"
+    """Skipped: weights and optimizer state untouched."""
+    ROLLBACK = "rollback"
+    """Restored the last good snapshot and lowered the learning rate."""
+    STOP = "stop"
+    """Gave up (raised :class:`TrainingStopped` unless ``raise_on_stop=False``)."""
+
+    @property
+    def stepped(self) -> bool:
+        """Whether the weights were updated this step."""
+        return self in (Action.STEP, Action.CLIP, Action.DROP_RANKS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardConfig:
+    """How the guard detects and responds.  Every field has a safe default."""
+
+    clip_norm: float | None = 1.0
+    """Clip the total gradient norm to this; ``None`` turns clipping off (detection stays)."""
+    spike_factor: float = 10.0
+    """A loss at least this many times its recent median is a loss spike."""
+    grad_spike_factor: float = 10.0
+    """A grad norm at least this many times its recent median is a (warning) grad spike."""
+    loss_window: int = 100
+    """Finite losses kept for the running median."""
+    grad_window: int = 100
+    """Finite grad norms kept for the running median."""
+    warmup: int = 20
+    """Finite values needed in a window before spikes are judged against it."""
+    rollback_after: int = 3
+    """Consecutive bad (skipped) steps that trigger a rollback."""
+    max_rollbacks: int = 3
+    """Rollbacks without a new good snapshot in between before the guard stops."""
+    lr_factor: float = 0.5
+    """Multiply the learning rate by this at each rollback."""
+    lr_restore_after: int | None = None
+    """Restore the original learning rate after this many healthy steps (``None``: keep it low)."""
+    skip_after_rollback: int = 0
+    """Batches to skip after a rollback (the data window that led to the spike)."""
+    checkpoint_every: int = 50
+    """Healthy steps between good-state snapshots; 0 disables snapshots (LR cuts only)."""
+    keep_checkpoints: int = 2
+    """Snapshots kept; a rollback takes the newest one from before the trouble began."""
+    checkpoint_dir: str | None = None
+    """Keep snapshots as files here (one per rank); ``None`` keeps them in memory."""
+    quiet_steps: int = 10
+    """Healthy steps after a warning before a snapshot counts as good again."""
+    max_scaler_skips: int = 20
+    """Consecutive fp16 overflow skips that count as divergence."""
+    min_scale: float = 1.0
+    """A GradScaler scale below this counts as a collapsing scale (divergence)."""
+    drop_bad_ranks: bool = False
+    """With DDP, drop non-finite ranks' gradient shares and step on the healthy ranks' mean."""
+    log: str | None = None
+    """JSON Lines event log; the rank is put in the name when the world size is above 1."""
+    log_every: int = 10
+    """Also log loss, grad norm and LR every this many steps (0: events only)."""
+    raise_on_stop: bool = True
+    """Raise :class:`TrainingStopped` when giving up (else return ``Action.STOP``)."""
+
+    def __post_init__(self) -> None:
+        positive = {"spike_factor": self.spike_factor, "grad_spike_factor": self.grad_spike_factor}
+        for name, value in positive.items():
+            if not value > 1.0:
+                raise UsageError(f"guard config: {name}={value!r} must be > 1 (e.g. 10.0)")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise UsageError(f"guard config: clip_norm={self.clip_norm!r} must be > 0 or None")
+        if not 0.0 < self.lr_factor <= 1.0:
+            raise UsageError(f"guard config: lr_factor={self.lr_factor!r} must be in (0, 1]")
+        for name in ("loss_window", "grad_window", "rollback_after", "max_rollbacks",
+                     "keep_checkpoints", "max_scaler_skips"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 1")
+        for name in ("warmup", "checkpoint_every", "quiet_steps", "skip_after_rollback", "log_every"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 0")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``guard.step`` call decided and saw (identical on every rank)."""
+
+    step: int
+    action: Action
+    loss: float
+    """Mean finite loss over ranks (NaN when no rank had a finite loss)."""
+    grad_norm: float
+    """Largest total gradient norm over ranks, before clipping."""
+    lr: float
+    """Learning rate of the first parameter group after this step."""
+    events: tuple[str, ...] = ()
+    """Event kinds logged this step (``grad_spike``, ``nonfinite``, ``rollback``, ...)."""
+    ranks: tuple[int, ...] = ()
+    """Ranks where the problem started (checked before the gradient all-reduce)."""
+
+
+class _Window:
+    """Recent finite values and their median."""
+
+    def __init__(self, size: int, warmup: int) -> None:
+        self.values: deque[float] = deque(maxlen=size)
+        self.warmup = warmup
+
+    def level(self) -> float | None:
+        if not self.values or len(self.values) < min(self.warmup, self.values.maxlen or 0):
+            return None
+        return statistics.median(self.values)
+
+    def is_spike(self, value: float, factor: float) -> tuple[bool, float | None]:
+        level = self.level()
+        return (level is not None and level > 0 and value >= factor * level), level
+
+    def push(self, value: float) -> None:
+        if math.isfinite(value):
+            self.values.append(value)
+
+
+@dataclass
+class _Plan:
+    """The decision for one step, built from the shared rank table."""
+
+    action: Action
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ranks: tuple[int, ...] = ()
+    escalate: bool = False
+
+    def add(self, kind: str, severity: str, **values: Any) -> None:
+        self.events.append({"kind": kind, "severity": severity, **values})
+
+
+class TrainingGuard:
+    """Guards optimizer steps against NaN/Inf, loss spikes and divergence.
+
+    Example:
+        >>> guard = TrainingGuard(model, optimizer, clip_norm=1.0, log="guard.jsonl")
+        >>> loss.backward()
+        >>> guard.step(loss)            # instead of optimizer.step()
+        >>> optimizer.zero_grad(set_to_none=True)
+
+    Args:
+        model: The model (a DDP model gets a communication hook for rank attribution).
+        optimizer: The optimizer whose ``step`` the guard calls.
+        scaler: A ``torch.amp.GradScaler`` when training in fp16.
+        scheduler: An LR scheduler to snapshot and to keep in line with LR cuts.
+        config: A :class:`GuardConfig`; or pass its fields as keyword arguments.
+        process_group: The group to agree over (default: the world).
+        **options: :class:`GuardConfig` fields, when ``config`` is not given.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler: Any = None,
+        *,
+        scheduler: Any = None,
+        config: GuardConfig | None = None,
+        process_group: Any = None,
+        **options: Any,
+    ) -> None:
+        if config is not None and options:
+            raise UsageError(f"TrainingGuard: pass config= or options, not both (got {sorted(options)})")
+        self.config = cfg = config if config is not None else GuardConfig(**options)
+        self.model, self.optimizer, self.scaler, self.scheduler = model, optimizer, scaler, scheduler
+        self.world = _dist.World.detect(process_group)
+        self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        self._hook = self._maybe_install_hook()
+        self._snaps = SnapshotStore(cfg.keep_checkpoints, cfg.checkpoint_dir, self.world.rank, self.world.size)
+        self._loss = _Window(cfg.loss_window, cfg.warmup)
+        self._gnorm = _Window(cfg.grad_window, cfg.warmup)
+        self._log_path = _dist.rank_path(cfg.log, self.world.rank, self.world.size) if cfg.log else None
+        self._log = self._log_path.open("a", encoding="utf-8") if self._log_path else None
+        self.step_count = 0
+        self._bad_streak = self._overflow_streak = self._rollbacks = 0
+        self._healthy_since_warning = self._healthy_since_cut = self._good_since_snapshot = 0
+        self._incident: int | None = None
+        self._skip_pending = 0
+        self._lr_scale = 1.0
+
+    def _maybe_install_hook(self) -> _dist.HookState | None:
+        ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel)
+        if ddp and self.world.size > 1:
+            return _dist.install_ddp_hook(self.model, self.world, self.config.drop_bad_ranks)
+        if self.config.drop_bad_ranks:
+            raise UsageError("TrainingGuard: drop_bad_ranks=True needs a DistributedDataParallel model in a world of 2+ ranks")
+        return None
+
+    # -- the step --------------------------------------------------------------------------
+
+    def step(self, loss: torch.Tensor, *, indices: Sequence[int] | None = None,
+             sample_losses: torch.Tensor | None = None) -> StepResult:  # fmt: skip
+        """Check this step and step the optimizer (or not); returns what was done.
+
+        Args:
+            loss: This rank's loss for the step (after ``backward``).
+            indices: Dataset indices of this rank's batch, attached to events.
+            sample_losses: Per-sample losses of this rank's batch, to name the samples behind
+                a NaN or a spike.
+
+        Raises:
+            TrainingStopped: when rollbacks did not recover the run (``raise_on_stop``).
+        """
+        step, self.step_count = self.step_count, self.step_count + 1
+        if self._skip_pending > 0:
+            self._skip_pending -= 1
+            plan = _Plan(Action.SKIP)
+            plan.add("data_skip", "info", left=self._skip_pending)
+            return self._finish(step, plan, math.nan, math.nan, indices, sample_losses)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norm = get_total_norm(grads, foreach=True) if grads else torch.zeros((), device=loss.device)
+        table = _dist.share_stats(self.world, self._local_bits(loss, norm), loss, norm)
+        plan, mean_loss, max_norm = self._decide(step, table)
+        self._apply(plan, norm, max_norm)
+        if plan.escalate:
+            self._escalate(step, plan)
+        return self._finish(step, plan, mean_loss, max_norm, indices, sample_losses)
+
+    def _local_bits(self, loss: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+        loss_bad = ~torch.isfinite(loss.detach()).all()
+        grad_bad = ~torch.isfinite(norm)
+        hook_bad = self._hook.take() if self._hook is not None else None
+        local_grad_bad = hook_bad if hook_bad is not None else grad_bad
+        return (loss_bad.long() * _dist.BIT_LOSS + local_grad_bad.long() * _dist.BIT_LOCAL_GRAD
+                + grad_bad.long() * _dist.BIT_GRAD)  # fmt: skip
+
+    def _decide(self, step: int, table: _dist.RankTable) -> tuple[_Plan, float, float]:
+        cfg = self.config
+        started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
+        finite = [v for r, v in enumerate(table.losses) if r not in started and math.isfinite(v)]
+        mean_loss = sum(finite) / len(finite) if finite else math.nan
+        max_norm = max(table.norms) if all(map(math.isfinite, table.norms)) else math.nan
+        loss_bad = bool(table.ranks_with(_dist.BIT_LOSS))
+        grad_bad = bool(table.ranks_with(_dist.BIT_GRAD))
+        if self.scaler is not None and grad_bad and not loss_bad:
+            return self._overflow_plan(), mean_loss, max_norm
+        if started and not grad_bad and cfg.drop_bad_ranks:
+            plan = _Plan(Action.DROP_RANKS, ranks=started)
+            plan.add("nonfinite", "warning", ranks=list(started), dropped=True)
+            return plan, mean_loss, max_norm
+        if loss_bad or grad_bad:
+            ranks = started or table.ranks_with(_dist.BIT_GRAD)
+            return self._bad_plan("nonfinite", ranks, loss=mean_loss, grad_norm=max_norm), mean_loss, max_norm
+        spike, level = self._loss.is_spike(mean_loss, cfg.spike_factor)
+        if spike:
+            ranks = tuple(r for r, v in enumerate(table.losses) if level and v >= cfg.spike_factor * level)
+            plan = self._bad_plan("loss_spike", ranks, loss=mean_loss, level=level, factor=cfg.spike_factor)
+            return plan, mean_loss, max_norm
+        return self._healthy_plan(step, mean_loss, max_norm, table), mean_loss, max_norm
+
+    def _bad_plan(self, kind: str, ranks: tuple[int, ...], **values: Any) -> _Plan:
+        self._note_warning()
+        self._bad_streak += 1
+        plan = _Plan(Action.SKIP, ranks=ranks, escalate=self._bad_streak >= self.config.rollback_after)
+        plan.add(kind, "error", ranks=list(ranks), streak=self._bad_streak, **values)
+        return plan
+
+    def _overflow_plan(self) -> _Plan:
+        self._overflow_streak += 1
+        plan = _Plan(Action.SCALER_SKIP)
+        plan.add("scaler_overflow", "info", streak=self._overflow_streak)
+        return plan
+
+    def _healthy_plan(self, step: int, loss: float, norm: float, table: _dist.RankTable) -> _Plan:
+        cfg = self.config
+        clipped = cfg.clip_norm is not None and norm > cfg.clip_norm
+        plan = _Plan(Action.CLIP if clipped else Action.STEP)
+        spike, level = self._gnorm.is_spike(norm, cfg.grad_spike_factor)
+        if spike:
+            self._note_warning()
+            ranks = tuple(r for r, v in enumerate(table.norms) if level and v >= cfg.grad_spike_factor * level)
+            plan.ranks = ranks
+            plan.add("grad_spike", "warning", ranks=list(ranks), grad_norm=norm, level=level,
+                     factor=cfg.grad_spike_factor, clipped=clipped)  # fmt: skip
+        else:
+            self._gnorm.push(norm)
+        self._loss.push(loss)
+        self._bad_streak = self._overflow_streak = 0
+        return plan
+
+    def _note_warning(self) -> None:
+        if self._incident is None:
+            self._incident = self.step_count - 1
+        self._healthy_since_warning = 0
+
+    # -- applying decisions ----------------------------------------------------------------
+
+    def _apply(self, plan: _Plan, local_norm: torch.Tensor, max_norm: float) -> None:
+        if plan.action.stepped and self.config.clip_norm is not None:
+            clip_grads_with_norm_(self._params, self.config.clip_norm, local_norm, foreach=True)
+        if self.scaler is None:
+            if plan.action.stepped:
+                self.optimizer.step()
+            return
+        if plan.action.stepped or plan.action is Action.SCALER_SKIP:
+            self.scaler.step(self.optimizer)  # skips by itself when it found an Inf/NaN
+        self.scaler.update()  # must follow unscale_ every step, stepped or not
+        if plan.action is Action.SCALER_SKIP:
+            self._check_scale(plan)
+
+    def _check_scale(self, plan: _Plan) -> None:
+        scale = float(self.scaler.get_scale())
+        plan.events[-1]["scale"] = scale
+        cfg = self.config
+        if self._overflow_streak >= cfg.max_scaler_skips or scale < cfg.min_scale:
+            self._note_warning()
+            plan.add("scaler_collapse", "error", scale=scale, streak=self._overflow_streak)
+            plan.escalate = True
+
+    def _escalate(self, step: int, plan: _Plan) -> None:
+        cfg = self.config
+        self._bad_streak = self._overflow_streak = 0
+        if self._rollbacks >= cfg.max_rollbacks:
+            self._stop(step, plan)
+            return
+        self._rollbacks += 1
+        snap = self._snaps.pick(before=self._incident)
+        new_scale = self._lr_scale * cfg.lr_factor
+        if snap is not None:
+            state = snap.load()
+            self._restore(state)
+            plan.action = Action.ROLLBACK
+            plan.add("rollback", "error", to_step=snap.step, where=str(snap.path or "memory"))
+        self._set_lr_scale(new_scale)
+        plan.add("lr_reduced", "warning", lr=self.lr, lr_scale=new_scale)
+        self._skip_pending = cfg.skip_after_rollback
+        self._incident = None
+        self._healthy_since_cut = 0
+
+    def _stop(self, step: int, plan: _Plan) -> None:
+        plan.action = Action.STOP
+        msg = (f"datacheck guard stopped training at step {step}: {self._rollbacks} rollback(s) "
+               f"did not recover the run ({plan.events[0]['kind']} on rank(s) {list(plan.ranks)}); "
+               f"last good state: {self._snaps.location}. Restart from it with a lower learning "
+               f"rate, or inspect the data before step {step}"
+               + (f" (events in {self._log_path})." if self._log_path else "."))  # fmt: skip
+        plan.add("stop", "error", message=msg)
+        self._stop_message = msg
+
+    # -- good states and the learning rate -------------------------------------------------
+
+    def _after_healthy(self, step: int, plan: _Plan) -> None:
+        cfg = self.config
+        self._healthy_since_warning += 1
+        self._healthy_since_cut += 1
+        self._good_since_snapshot += 1
+        if self._healthy_since_warning >= cfg.quiet_steps:
+            self._incident = None
+        if cfg.lr_restore_after and self._lr_scale < 1.0 and self._healthy_since_cut >= cfg.lr_restore_after:
+            self._set_lr_scale(1.0)
+            plan.add("lr_restored", "info", lr=self.lr)
+        quiet = self._incident is None
+        if cfg.checkpoint_every and quiet and self._good_since_snapshot >= cfg.checkpoint_every:
+            snap = self._snaps.save(step + 1, self._state())
+            self._good_since_snapshot = self._rollbacks = 0
+            plan.add("checkpoint", "info", at_step=snap.step, where=str(snap.path or "memory"))
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "data_position": self.step_count,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": capture_rng(),
+            "guard": {"loss": list(self._loss.values), "grad_norm": list(self._gnorm.values),
+                      "lr_scale": self._lr_scale},  # fmt: skip
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        restore_rng(state["rng"])
+        guard = state["guard"]
+        self._loss.values = deque(guard["loss"], maxlen=self._loss.values.maxlen)
+        self._gnorm.values = deque(guard["grad_norm"], maxlen=self._gnorm.values.maxlen)
+        self._lr_scale = float(guard["lr_scale"])  # the restored LRs carry this scale
+
+    def _set_lr_scale(self, scale: float) -> None:
+        ratio = scale / self._lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["lr"] * ratio
+        if self.scheduler is not None and hasattr(self.scheduler, "base_lrs"):
+            self.scheduler.base_lrs = [lr * ratio for lr in self.scheduler.base_lrs]
+        self._lr_scale = scale
+
+    @property
+    def lr(self) -> float:
+        """Learning rate of the first parameter group."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    # -- results and the log ---------------------------------------------------------------
+
+    def _finish(self, step: int, plan: _Plan, loss: float, norm: float,
+                indices: Sequence[int] | None, sample_losses: torch.Tensor | None) -> StepResult:  # fmt: skip
+        if plan.action.stepped:
+            self._after_healthy(step, plan)
+        bad = [e for e in plan.events if e["severity"] != "info"]
+        if bad and (indices is not None or sample_losses is not None):
+            bad[0].update(_name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor))
+        for event in plan.events:
+            self._write({"step": step, "rank": self.world.rank, "action": plan.action.value,
+                         "loss": loss, "grad_norm": norm, "lr": self.lr, **event,
+                         "hosts": [self.world.hosts[r] for r in event.get("ranks", [])]})  # fmt: skip
+        every = self.config.log_every
+        if every and step % every == 0:
+            self._write({"step": step, "rank": self.world.rank, "kind": "step", "action": plan.action.value,
+                         "loss": loss, "grad_norm": norm, "lr": self.lr})  # fmt: skip
+        result = StepResult(step, plan.action, loss, norm, self.lr,
+                            tuple(e["kind"] for e in plan.events), plan.ranks)  # fmt: skip
+        if plan.action is Action.STOP and self.config.raise_on_stop:
+            raise TrainingStopped(self._stop_message)
+        return result
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._log is None:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        self._log.write(json.dumps(_json_safe(record), allow_nan=False) + "\n")
+        self._log.flush()
+
+    def close(self) -> None:
+        """Close the event log."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __repr__(self) -> str:
+        return f"TrainingGuard(step={self.step_count}, rank={self.world.rank}/{self.world.size}, {asdict(self.config)})"
+
+
+def _name_samples(indices: Sequence[int] | None, sample_losses: torch.Tensor | None,
+                  level: float | None, factor: float) -> dict[str, Any]:  # fmt: skip
+    """Dataset indices behind a bad step: non-finite or spiking per-sample losses."""
+    out: dict[str, Any] = {}
+    idx = list(indices) if indices is not None else None
+    if idx is not None:
+        out["indices"] = idx[:1000]
+    if sample_losses is None:
+        return out
+    values = sample_losses.detach().float().reshape(-1).tolist()
+    names = idx if idx is not None and len(idx) == len(values) else list(range(len(values)))
+    samples = [{"index": names[i], "check": "nonfinite_loss", "loss": v}
+               for i, v in enumerate(values) if not math.isfinite(v)]  # fmt: skip
+    if not samples and level:
+        samples = [{"index": names[i], "check": "loss_spike", "loss": v}
+                   for i, v in enumerate(values) if v >= factor * level]  # fmt: skip
+    out["samples"] = samples[:1000]
+    return out
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN/Inf become strings so every line is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def bad_steps(log: str | Path) -> set[int]:
+    """Steps a guard log recorded as skipped, so a restarted job can skip them too."""
+    steps: set[int] = set()
+    with Path(log).open(encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
+                steps.add(int(rec["step"]))
+    return steps

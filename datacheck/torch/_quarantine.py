@@ -1,0 +1,145 @@
+"""The runtime quarantine manifest: one append-only JSON Lines file per rank.
+
+Each line is one bad sample in one batch leaf under one check:
+
+========  ==============  ===============================================================
+column    type            meaning
+========  ==============  ===============================================================
+index     int64           the sample's dataset index (what the sampler handed out)
+check     string          check name, as in the scan's ``quarantine.parquet``
+severity  string          ``error`` or ``warning``, as in the scan
+key       string          batch leaf path, e.g. ``image`` or ``inputs.0``
+value     string          first bad value of the sample in that leaf; nullable
+count     int32           bad values of the sample in that leaf
+rank      int32           the process's rank (0 without torch.distributed)
+epoch     int64           the epoch (``set_epoch``, or the count of passes)
+step      int64           the batch's position in the epoch (0-based, sampler order)
+time      datetime (UTC)  when the batch was checked
+========  ==============  ===============================================================
+
+A batch's lines are written with one ``write`` and flushed before the batch is yielded, so a
+crash (even SIGKILL) loses at most the batch in flight; a torn last line is ignored on read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from datacheck.errors import InputError, UsageError
+
+FILE_PATTERN = "quarantine-rank*.jsonl"
+COLUMNS = ("index", "check", "severity", "key", "value", "count", "rank", "epoch", "step", "time")
+_INTS = {"index": "int64", "count": "int32", "rank": "int32", "epoch": "int64", "step": "int64"}
+
+
+def rank_file(folder: str | os.PathLike[str], rank: int) -> Path:
+    """The manifest file of one rank inside ``folder``."""
+    return Path(folder) / f"quarantine-rank{rank:05d}.jsonl"
+
+
+class QuarantineWriter:
+    """Appends one rank's records; the file is created on the first bad sample."""
+
+    def __init__(self, folder: str | os.PathLike[str], rank: int, fsync: bool = False) -> None:
+        self.path = rank_file(folder, rank)
+        self.fsync = fsync
+        self._file: Any = None
+
+    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Append ``records`` with one write, then flush (and fsync if asked)."""
+        text = "".join(json.dumps(dict(r), separators=(",", ":")) + "\n" for r in records)
+        if not text:
+            return
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+        self._file.write(text)
+        self._file.flush()
+        if self.fsync:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if n == len(lines) - 1:  # a torn last line: the crash the format is built for
+                break
+            raise InputError(f"quarantine file '{path}', line {n + 1}: not JSON ({exc})") from exc
+    return rows
+
+
+def read_quarantine(folder: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read every rank's runtime quarantine in ``folder`` as one DataFrame.
+
+    Args:
+        folder: the ``quarantine=`` folder a :class:`~datacheck.torch.GuardedLoader` wrote.
+
+    Returns:
+        One row per bad sample, leaf and check, with the columns ``index, check, severity,
+        key, value, count, rank, epoch, step, time``, sorted by epoch, step, rank and index.
+        Empty (with those columns) when the folder is missing or holds no records.
+    """
+    rows: list[dict[str, Any]] = []
+    for path in sorted(Path(folder).glob(FILE_PATTERN)):
+        rows.extend(_read_lines(path))
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df = df.astype(_INTS)
+    for col in ("check", "severity", "key", "value"):
+        df[col] = df[col].astype("string")
+    df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
+    df = df.sort_values(["epoch", "step", "rank", "index"], kind="stable")
+    return df.reset_index(drop=True)
+
+
+def quarantined_indices(folder: str | os.PathLike[str]) -> set[int]:
+    """Dataset indices recorded in a runtime quarantine folder (every rank)."""
+    return set(read_quarantine(folder)["index"].tolist())
+
+
+IndexOf = Mapping[tuple[str, int], int] | Callable[[str, int], "int | None"] | pd.DataFrame
+
+
+def indices_from_scan(manifest: str | os.PathLike[str] | pd.DataFrame, index_of: IndexOf) -> set[int]:
+    """Dataset indices of the samples a scan quarantined (``datacheck scan``'s manifest).
+
+    Args:
+        manifest: the scan's ``quarantine.parquet`` (path or DataFrame with ``path, row``).
+        index_of: how a (file, row) maps to a dataset index: a DataFrame with columns
+            ``path, row, index``, a mapping ``{(path, row): index}``, or a callable
+            ``(path, row) -> index or None``. Pairs without an index are ignored.
+
+    Returns:
+        The dataset indices to exclude (pass them as ``exclude=`` to the loader).
+    """
+    scan = manifest if isinstance(manifest, pd.DataFrame) else pd.read_parquet(manifest)
+    missing = {"path", "row"} - set(scan.columns)
+    if missing:
+        raise UsageError(f"scan manifest lacks column(s) {sorted(missing)}; expected path, row")
+    sites = scan.loc[scan["row"].notna(), ["path", "row"]].drop_duplicates()
+    sites = sites.astype({"path": "string", "row": "int64"})
+    if isinstance(index_of, pd.DataFrame):
+        table = index_of[["path", "row", "index"]].astype({"path": "string", "row": "int64"})
+        return set(sites.merge(table, on=["path", "row"])["index"].astype("int64").tolist())
+    pairs = zip(sites["path"].tolist(), sites["row"].tolist(), strict=True)
+    if isinstance(index_of, Mapping):
+        found = (index_of.get((p, r)) for p, r in pairs)
+    else:
+        found = (index_of(p, r) for p, r in pairs)
+    return {int(i) for i in found if i is not None}
