@@ -1,0 +1,3 @@
+from datacheck.cli import console_main
+
+console_main()
