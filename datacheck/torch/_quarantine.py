@@ -116,7 +116,9 @@ def quarantined_indices(folder: str | os.PathLike[str]) -> set[int]:
 IndexOf = Mapping[tuple[str, int], int] | Callable[[str, int], "int | None"] | pd.DataFrame
 
 
-def indices_from_scan(manifest: str | os.PathLike[str] | pd.DataFrame, index_of: IndexOf) -> set[int]:
+def indices_from_scan(
+    manifest: str | os.PathLike[str] | pd.DataFrame, index_of: IndexOf
+) -> set[int]:
     """Dataset indices of the samples a scan quarantined (``datacheck scan``'s manifest).
 
     Args:

@@ -1,0 +1,31 @@
+"""Runtime guards for PyTorch training: batches (GuardedLoader) and gradient steps (TrainingGuard).
+
+Importing this module imports torch; ``import datacheck`` never does.
+"""
+
+from __future__ import annotations
+
+from datacheck.torch._guard import (
+    Action,
+    GuardConfig,
+    StepResult,
+    TrainingGuard,
+    TrainingStopped,
+    bad_steps,
+)
+from datacheck.torch._loader import GuardedLoader, LoaderConfig, LoaderStats
+from datacheck.torch._quarantine import indices_from_scan, read_quarantine
+
+__all__ = [
+    "Action",
+    "GuardConfig",
+    "GuardedLoader",
+    "LoaderConfig",
+    "LoaderStats",
+    "StepResult",
+    "TrainingGuard",
+    "TrainingStopped",
+    "bad_steps",
+    "indices_from_scan",
+    "read_quarantine",
+]
