@@ -81,7 +81,9 @@ class RankTable:
         return tuple(r for r, b in enumerate(self.bits) if b & mask)
 
 
-def share_stats(world: World, bits: torch.Tensor, loss: torch.Tensor, norm: torch.Tensor) -> RankTable:
+def share_stats(
+    world: World, bits: torch.Tensor, loss: torch.Tensor, norm: torch.Tensor
+) -> RankTable:
     """All-reduce this rank's (bits, loss, grad norm) into the table; one host read.
 
     This is the guard's only collective and its only host synchronisation per step.

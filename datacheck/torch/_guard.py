@@ -35,7 +35,7 @@ from datacheck.errors import DatacheckError, UsageError
 from datacheck.torch import _dist
 from datacheck.torch._snapshots import SnapshotStore, capture_rng, restore_rng
 
-__all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped"]
+__all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
 
 DIVERGENCE_EVENTS = frozenset({"nonfinite", "loss_spike", "scaler_collapse", "rollback", "stop"})
 """Event kinds that mean the run is in trouble (``grad_spike`` is a warning only)."""
@@ -129,7 +129,13 @@ class GuardConfig:
                      "keep_checkpoints", "max_scaler_skips"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 1")
-        for name in ("warmup", "checkpoint_every", "quiet_steps", "skip_after_rollback", "log_every"):
+        for name in (
+            "warmup",
+            "checkpoint_every",
+            "quiet_steps",
+            "skip_after_rollback",
+            "log_every",
+        ):
             if getattr(self, name) < 0:
                 raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 0")
 
@@ -217,16 +223,27 @@ class TrainingGuard:
         **options: Any,
     ) -> None:
         if config is not None and options:
-            raise UsageError(f"TrainingGuard: pass config= or options, not both (got {sorted(options)})")
+            raise UsageError(
+                f"TrainingGuard: pass config= or options, not both (got {sorted(options)})"
+            )
         self.config = cfg = config if config is not None else GuardConfig(**options)
-        self.model, self.optimizer, self.scaler, self.scheduler = model, optimizer, scaler, scheduler
+        self.model, self.optimizer, self.scaler, self.scheduler = (
+            model,
+            optimizer,
+            scaler,
+            scheduler,
+        )
         self.world = _dist.World.detect(process_group)
         self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         self._hook = self._maybe_install_hook()
-        self._snaps = SnapshotStore(cfg.keep_checkpoints, cfg.checkpoint_dir, self.world.rank, self.world.size)
+        self._snaps = SnapshotStore(
+            cfg.keep_checkpoints, cfg.checkpoint_dir, self.world.rank, self.world.size
+        )
         self._loss = _Window(cfg.loss_window, cfg.warmup)
         self._gnorm = _Window(cfg.grad_window, cfg.warmup)
-        self._log_path = _dist.rank_path(cfg.log, self.world.rank, self.world.size) if cfg.log else None
+        self._log_path = (
+            _dist.rank_path(cfg.log, self.world.rank, self.world.size) if cfg.log else None
+        )
         self._log = self._log_path.open("a", encoding="utf-8") if self._log_path else None
         self.step_count = 0
         self._bad_streak = self._overflow_streak = self._rollbacks = 0
@@ -234,13 +251,16 @@ class TrainingGuard:
         self._incident: int | None = None
         self._skip_pending = 0
         self._lr_scale = 1.0
+        self._stop_message: str | None = None
 
     def _maybe_install_hook(self) -> _dist.HookState | None:
         ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel)
         if ddp and self.world.size > 1:
             return _dist.install_ddp_hook(self.model, self.world, self.config.drop_bad_ranks)
         if self.config.drop_bad_ranks:
-            raise UsageError("TrainingGuard: drop_bad_ranks=True needs a DistributedDataParallel model in a world of 2+ ranks")
+            raise UsageError(
+                "TrainingGuard: drop_bad_ranks=True needs a DistributedDataParallel model in a world of 2+ ranks"
+            )
         return None
 
     # -- the step --------------------------------------------------------------------------
@@ -259,6 +279,8 @@ class TrainingGuard:
             TrainingStopped: when rollbacks did not recover the run (``raise_on_stop``).
         """
         step, self.step_count = self.step_count, self.step_count + 1
+        if self._stop_message is not None:
+            return self._finish(step, _Plan(Action.STOP), math.nan, math.nan, None, None)
         if self._skip_pending > 0:
             self._skip_pending -= 1
             plan = _Plan(Action.SKIP)
@@ -286,9 +308,9 @@ class TrainingGuard:
     def _decide(self, step: int, table: _dist.RankTable) -> tuple[_Plan, float, float]:
         cfg = self.config
         started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
-        finite = [v for r, v in enumerate(table.losses) if r not in started and math.isfinite(v)]
+        finite = [v for v in table.losses if math.isfinite(v)]
         mean_loss = sum(finite) / len(finite) if finite else math.nan
-        max_norm = max(table.norms) if all(map(math.isfinite, table.norms)) else math.nan
+        max_norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
         loss_bad = bool(table.ranks_with(_dist.BIT_LOSS))
         grad_bad = bool(table.ranks_with(_dist.BIT_GRAD))
         if self.scaler is not None and grad_bad and not loss_bad:
@@ -299,18 +321,28 @@ class TrainingGuard:
             return plan, mean_loss, max_norm
         if loss_bad or grad_bad:
             ranks = started or table.ranks_with(_dist.BIT_GRAD)
-            return self._bad_plan("nonfinite", ranks, loss=mean_loss, grad_norm=max_norm), mean_loss, max_norm
+            return (
+                self._bad_plan("nonfinite", ranks, loss=mean_loss, grad_norm=max_norm),
+                mean_loss,
+                max_norm,
+            )
         spike, level = self._loss.is_spike(mean_loss, cfg.spike_factor)
         if spike:
-            ranks = tuple(r for r, v in enumerate(table.losses) if level and v >= cfg.spike_factor * level)
-            plan = self._bad_plan("loss_spike", ranks, loss=mean_loss, level=level, factor=cfg.spike_factor)
+            ranks = tuple(
+                r for r, v in enumerate(table.losses) if level and v >= cfg.spike_factor * level
+            )
+            plan = self._bad_plan(
+                "loss_spike", ranks, loss=mean_loss, level=level, factor=cfg.spike_factor
+            )
             return plan, mean_loss, max_norm
         return self._healthy_plan(step, mean_loss, max_norm, table), mean_loss, max_norm
 
     def _bad_plan(self, kind: str, ranks: tuple[int, ...], **values: Any) -> _Plan:
         self._note_warning()
         self._bad_streak += 1
-        plan = _Plan(Action.SKIP, ranks=ranks, escalate=self._bad_streak >= self.config.rollback_after)
+        plan = _Plan(
+            Action.SKIP, ranks=ranks, escalate=self._bad_streak >= self.config.rollback_after
+        )
         plan.add(kind, "error", ranks=list(ranks), streak=self._bad_streak, **values)
         return plan
 
@@ -327,7 +359,9 @@ class TrainingGuard:
         spike, level = self._gnorm.is_spike(norm, cfg.grad_spike_factor)
         if spike:
             self._note_warning()
-            ranks = tuple(r for r, v in enumerate(table.norms) if level and v >= cfg.grad_spike_factor * level)
+            ranks = tuple(
+                r for r, v in enumerate(table.norms) if level and v >= cfg.grad_spike_factor * level
+            )
             plan.ranks = ranks
             plan.add("grad_spike", "warning", ranks=list(ranks), grad_norm=norm, level=level,
                      factor=cfg.grad_spike_factor, clipped=clipped)  # fmt: skip
@@ -405,7 +439,11 @@ class TrainingGuard:
         self._good_since_snapshot += 1
         if self._healthy_since_warning >= cfg.quiet_steps:
             self._incident = None
-        if cfg.lr_restore_after and self._lr_scale < 1.0 and self._healthy_since_cut >= cfg.lr_restore_after:
+        if (
+            cfg.lr_restore_after
+            and self._lr_scale < 1.0
+            and self._healthy_since_cut >= cfg.lr_restore_after
+        ):
             self._set_lr_scale(1.0)
             plan.add("lr_restored", "info", lr=self.lr)
         quiet = self._incident is None
@@ -422,8 +460,11 @@ class TrainingGuard:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "rng": capture_rng(),
-            "guard": {"loss": list(self._loss.values), "grad_norm": list(self._gnorm.values),
-                      "lr_scale": self._lr_scale},  # fmt: skip
+            "guard": {
+                "loss": list(self._loss.values),
+                "grad_norm": list(self._gnorm.values),
+                "lr_scale": self._lr_scale,
+            },  # fmt: skip
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -460,7 +501,9 @@ class TrainingGuard:
             self._after_healthy(step, plan)
         bad = [e for e in plan.events if e["severity"] != "info"]
         if bad and (indices is not None or sample_losses is not None):
-            bad[0].update(_name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor))
+            bad[0].update(
+                _name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor)
+            )
         for event in plan.events:
             self._write({"step": step, "rank": self.world.rank, "action": plan.action.value,
                          "loss": loss, "grad_norm": norm, "lr": self.lr, **event,

@@ -1,0 +1,334 @@
+"""TrainingGuard on one process: fault injection on small real models (CPU)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from datacheck.errors import UsageError  # noqa: E402
+from datacheck.torch import (  # noqa: E402
+    Action,
+    GuardConfig,
+    TrainingGuard,
+    TrainingStopped,
+    bad_steps,
+)
+from datacheck.torch._guard import DIVERGENCE_EVENTS  # noqa: E402
+
+F = torch.nn.functional
+
+
+def _regression(seed: int = 0, n: int = 512):
+    torch.manual_seed(seed)
+    x = torch.randn(n, 16)
+    y = x @ torch.randn(16, 1) + 0.1 * torch.randn(n, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    return x, y, model
+
+
+def _batches(x, y, steps: int, seed: int = 1, size: int = 32):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, len(x), (size,), generator=gen)
+        yield idx, x[idx].clone(), y[idx]
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def _adam_state(opt) -> list[torch.Tensor]:
+    out = []
+    for state in opt.state.values():
+        out += [
+            state["exp_avg"].clone(),
+            state["exp_avg_sq"].clone(),
+            torch.as_tensor(state["step"]).clone(),
+        ]
+    return out
+
+
+def test_nan_batch_is_skipped_and_adam_state_is_untouched(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    guard = TrainingGuard(model, opt, clip_norm=1.0, log=str(tmp_path / "guard.jsonl"))
+    k = 7
+    for step, (idx, xb, yb) in enumerate(_batches(x, y, 15)):
+        if step == k:
+            xb[3, 5] = float("nan")
+            before_w, before_state = _flat(model), _adam_state(opt)
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        result = guard.step(loss, indices=idx.tolist())
+        opt.zero_grad(set_to_none=True)
+        if step == k:
+            assert result.action is Action.SKIP
+            assert result.events == ("nonfinite",)
+            assert result.ranks == (0,)
+            assert torch.equal(_flat(model), before_w)
+            for a, b in zip(_adam_state(opt), before_state, strict=True):
+                assert torch.equal(a, b)
+        else:
+            assert result.action.stepped
+    assert torch.isfinite(_flat(model)).all()
+    assert all(torch.isfinite(t).all() for t in _adam_state(opt))
+    assert all(int(s["step"]) == 14 for s in opt.state.values())  # 15 batches, one skipped
+    events = [json.loads(line) for line in (tmp_path / "guard.jsonl").read_text().splitlines()]
+    nan_event = next(e for e in events if e["kind"] == "nonfinite")
+    assert nan_event["step"] == k and nan_event["ranks"] == [0] and nan_event["action"] == "skip"
+    assert len(nan_event["indices"]) == 32
+    assert bad_steps(tmp_path / "guard.jsonl") == {k}
+
+
+def test_unguarded_step_on_that_batch_poisons_adam():
+    """The fault the previous test injects really is fatal without the guard."""
+    x, y, model = _regression()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    xb = x[:32].clone()
+    xb[3, 5] = float("nan")
+    F.mse_loss(model(xb), y[:32]).backward()
+    opt.step()
+    assert not torch.isfinite(_flat(model)).all()
+
+
+def test_single_inf_gradient_is_caught_before_clipping_zeroes_the_rest():
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = TrainingGuard(model, opt, clip_norm=1.0)
+    F.mse_loss(model(x[:32]), y[:32]).backward()
+    next(model.parameters()).grad[0, 0] = float("inf")
+    before = _flat(model)
+    result = guard.step(torch.tensor(1.0))
+    assert result.action is Action.SKIP and math.isinf(result.grad_norm)
+    assert torch.equal(_flat(model), before)
+
+
+@pytest.mark.parametrize("clip_norm", [None, 0.5])
+def test_one_norm_reused_for_clipping(clip_norm):
+    x, y, model = _regression()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    guard = TrainingGuard(model, opt, clip_norm=clip_norm)
+    for m in (model, ref):
+        F.mse_loss(m(x[:64]), y[:64]).backward()
+    norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), clip_norm or math.inf)
+    ref_opt.step()
+    result = guard.step(F.mse_loss(model(x[:64]), y[:64]))
+    assert result.grad_norm == pytest.approx(norm.item(), rel=1e-6)
+    assert result.action is (Action.CLIP if clip_norm and norm > clip_norm else Action.STEP)
+    assert torch.allclose(_flat(model), _flat(ref), atol=1e-7)
+
+
+def _train_with_lr_jump(guard_on: bool, steps: int = 400, jump_at: int = 200):
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    guard = TrainingGuard(model, opt, clip_norm=1.0, checkpoint_every=20) if guard_on else None
+    losses, results = [], []
+    for step, (_, xb, yb) in enumerate(_batches(x, y, steps)):
+        if step == jump_at:
+            for group in opt.param_groups:
+                group["lr"] *= 100
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        if guard is not None:
+            results.append(guard.step(loss))
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    with torch.no_grad():
+        final = F.mse_loss(model(x), y).item()
+    pre_spike = sum(losses[jump_at - 20 : jump_at]) / 20
+    return pre_spike, final, results, opt
+
+
+def test_lr_x100_spike_rolls_back_and_lowers_lr():
+    pre_spike, final, results, opt = _train_with_lr_jump(guard_on=True)
+    kinds = [k for r in results for k in r.events]
+    assert "loss_spike" in kinds and "rollback" in kinds and "lr_reduced" in kinds
+    first_spike = next(r.step for r in results if "loss_spike" in r.events)
+    assert 200 <= first_spike <= 205
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.025)  # restored 0.05, then halved
+    assert math.isfinite(final) and final < 2 * pre_spike
+    _, clip_final, _, _ = _train_with_lr_jump(guard_on=False)
+    assert clip_final > 50 * final  # clipping alone does not recover
+
+
+def test_grad_norm_spike_is_a_warning_and_the_step_is_clipped(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = TrainingGuard(model, opt, clip_norm=5.0, warmup=5, log=str(tmp_path / "g.jsonl"))
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 12)):
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        if step == 10:
+            for p in model.parameters():
+                p.grad.mul_(1000.0)
+        result = guard.step(loss)
+        opt.zero_grad(set_to_none=True)
+    spike = [json.loads(s) for s in (tmp_path / "g.jsonl").read_text().splitlines()]
+    spike = [e for e in spike if e["kind"] == "grad_spike"]
+    assert [e["step"] for e in spike] == [10] and spike[0]["severity"] == "warning"
+    assert spike[0]["clipped"] is True and spike[0]["grad_norm"] >= 10 * spike[0]["level"]
+    assert result.action.stepped
+
+
+def _fp16_run(guard: TrainingGuard, model, x, y, steps: int, inf_grads: bool = False):
+    results = []
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(x).float(), y)
+        guard.scaler.scale(loss).backward()
+        if inf_grads:
+            next(model.parameters()).grad[0, 0] = float("inf")
+        results.append(guard.step(loss))
+        guard.optimizer.zero_grad(set_to_none=True)
+    return results
+
+
+def test_fp16_scaler_overflow_is_not_divergence(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)  # overflows fp16 for a few steps
+    guard = TrainingGuard(model, opt, scaler, log=str(tmp_path / "g.jsonl"))
+    results = _fp16_run(guard, model, x[:32], y[:32], 12)
+    actions = [r.action for r in results]
+    assert Action.SCALER_SKIP in actions and actions[-1].stepped
+    assert all(not set(r.events) & DIVERGENCE_EVENTS for r in results)
+    logged = [json.loads(s) for s in (tmp_path / "g.jsonl").read_text().splitlines()]
+    overflow = [e for e in logged if e["kind"] == "scaler_overflow"]
+    assert overflow and all(e["severity"] == "info" for e in overflow)
+    assert overflow[-1]["scale"] < 2.0**20
+    assert torch.isfinite(_flat(model)).all()
+
+
+def test_repeated_overflow_is_a_collapse_and_ends_in_stop():
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    guard = TrainingGuard(
+        model, opt, scaler, max_scaler_skips=4, max_rollbacks=2, checkpoint_every=0
+    )
+    with pytest.raises(TrainingStopped, match=r"stopped training at step \d+: 2 rollback"):
+        _fp16_run(guard, model, x[:32], y[:32], 40, inf_grads=True)
+    assert guard.step_count == 12  # collapse at 4, 8 (LR cuts), stop at 12
+    assert guard.lr == pytest.approx(0.01 * 0.25)
+
+
+def test_stop_can_return_instead_of_raising():
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = TrainingGuard(model, opt, rollback_after=1, max_rollbacks=1, raise_on_stop=False)
+    actions = []
+    before = _flat(model)
+    for step in range(4):
+        loss = F.mse_loss(model(x[:8]), y[:8]) * (float("nan") if step < 2 else 1.0)
+        loss.backward()
+        actions.append(guard.step(loss).action)
+        opt.zero_grad()
+    assert actions == [Action.SKIP, Action.STOP, Action.STOP, Action.STOP]  # stopped stays stopped
+    assert torch.equal(_flat(model), before)
+
+
+def test_rollback_from_disk_restores_the_snapshot(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ckpt = tmp_path / "ckpt"
+    guard = TrainingGuard(model, opt, checkpoint_every=5, rollback_after=2, checkpoint_dir=str(ckpt),
+                          skip_after_rollback=3)  # fmt: skip
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 27)):
+        if step in (23, 24):
+            xb.fill_(float("inf"))
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        result = guard.step(loss)
+        opt.zero_grad(set_to_none=True)
+        if step == 24:
+            assert result.action is Action.ROLLBACK
+            saved = torch.load(ckpt / "guard-step20.pt", weights_only=True)
+            assert saved["data_position"] == 20
+            for name, value in model.state_dict().items():
+                assert torch.equal(value, saved["model"][name])
+            assert opt.state_dict()["state"][0]["step"] == 20
+            assert guard.lr == pytest.approx(5e-3)
+        if step in (25, 26):
+            assert result.action is Action.SKIP and result.events == ("data_skip",)
+    assert sorted(p.name for p in ckpt.iterdir()) == ["guard-step15.pt", "guard-step20.pt"]
+
+
+def test_lr_is_restored_after_stable_steps():
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    guard = TrainingGuard(model, opt, scheduler=sched, rollback_after=1, lr_restore_after=3,
+                          checkpoint_every=0)  # fmt: skip
+    lrs = []
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 6)):
+        loss = F.mse_loss(model(xb), yb) * (float("nan") if step == 1 else 1.0)
+        loss.backward()
+        lrs.append(guard.step(loss).lr)
+        sched.step()
+        opt.zero_grad()
+    assert lrs == pytest.approx([0.1, 0.05, 0.05, 0.05, 0.1, 0.1])
+
+
+def test_samples_behind_a_nan_are_named(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = TrainingGuard(model, opt, log=str(tmp_path / "g.jsonl"))
+    xb = x[:8].clone()
+    xb[5, 0] = float("nan")
+    per_sample = F.mse_loss(model(xb), y[:8], reduction="none").mean(dim=1)
+    loss = per_sample.mean()
+    loss.backward()
+    guard.step(loss, indices=list(range(100, 108)), sample_losses=per_sample)
+    event = json.loads((tmp_path / "g.jsonl").read_text().splitlines()[0])
+    assert event["kind"] == "nonfinite"
+    assert [(s["index"], s["check"]) for s in event["samples"]] == [(105, "nonfinite_loss")]
+
+
+def test_log_lines_are_flushed_as_written(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = tmp_path / "g.jsonl"
+    guard = TrainingGuard(model, opt, log=str(path), log_every=2)
+    for _, xb, yb in _batches(x, y, 5):
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        guard.step(loss)
+        opt.zero_grad()
+    lines = [json.loads(s) for s in path.read_text().splitlines()]  # guard still open
+    assert [(r["step"], r["kind"]) for r in lines] == [(0, "step"), (2, "step"), (4, "step")]
+    assert all(math.isfinite(r["loss"]) and r["lr"] == 0.1 for r in lines)
+    guard.close()
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"spike_factor": 1.0}, "spike_factor"),
+        ({"clip_norm": 0.0}, "clip_norm"),
+        ({"lr_factor": 2.0}, "lr_factor"),
+        ({"loss_window": 0}, "loss_window"),
+        ({"warmup": -1}, "warmup"),
+    ],
+)
+def test_config_is_validated(options, match):
+    with pytest.raises(UsageError, match=match):
+        GuardConfig(**options)
+
+
+def test_config_and_options_are_exclusive():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(UsageError, match="not both"):
+        TrainingGuard(model, opt, config=GuardConfig(), clip_norm=2.0)
+    with pytest.raises(UsageError, match="DistributedDataParallel"):
+        TrainingGuard(model, opt, drop_bad_ranks=True)
