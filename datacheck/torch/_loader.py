@@ -260,9 +260,10 @@ class GuardedLoader:
                 obj.set_epoch(epoch)
 
     def close(self) -> None:
-        """Close the manifest file (every record is already flushed)."""
+        """Close the manifest file (every record is already flushed; it reopens on demand)."""
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
 
     def __iter__(self) -> Iterator[Any]:
         if not self._epoch_set:
@@ -284,6 +285,7 @@ class GuardedLoader:
                 run.push(fifo.popleft(), None)
             yield from run.drain(0)
         finally:
+            self.close()
             logger.info("epoch %d: %s", self.epoch, self.stats.as_dict())
 
     # ------------------------------------------------------------------ internals
