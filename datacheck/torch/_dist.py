@@ -137,6 +137,12 @@ def _flag_and_allreduce(state: HookState, bucket: Any) -> torch.futures.Future[t
     return fut.then(_finish)
 
 
+# DDP inspects the hook's annotations; with postponed evaluation they are strings.
+_flag_and_allreduce.__annotations__.update(
+    bucket=dist.GradBucket, state=HookState, **{"return": torch.futures.Future[torch.Tensor]}
+)
+
+
 def install_ddp_hook(model: Any, world: World, drop_bad_ranks: bool) -> HookState:
     """Register the flagging all-reduce hook on a DDP model (before its first backward)."""
     state = HookState(world, drop_bad_ranks)

@@ -1,0 +1,169 @@
+"""TrainingGuard across 4 real processes (DDP over gloo on loopback): agreement, attribution."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+WORLD = 4
+BAD_RANK = 2
+NAN_STEP = 4
+STREAK = (8, 9, 10)  # skip mode only: three bad steps in a row make every rank roll back
+STEPS = 13
+LR = 0.1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    x, y = torch.randn(8, 6, generator=gen), torch.randn(8, 1, generator=gen)
+    if rank == BAD_RANK and step == NAN_STEP:
+        x[0, 0] = float("nan")
+    return x, y
+
+
+def _bad_batch(rank: int, step: int, drop: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = _batch(rank, step)
+    if rank == BAD_RANK and step in STREAK and not drop:
+        x[1, 2] = float("inf")
+    return x, y
+
+
+def _healthy_mean_update(model: torch.nn.Module, step: int) -> torch.Tensor:
+    """Reference: SGD step on the mean gradient of the healthy ranks, clipped to norm 1."""
+    grads = []
+    for rank in range(WORLD):
+        if rank == BAD_RANK:
+            continue
+        model.zero_grad()
+        x, y = _batch(rank, step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    mean = torch.stack(grads).mean(0)
+    mean = mean * min(1.0, 1.0 / (mean.norm().item() + 1e-6))
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return flat - LR * mean
+
+
+def _worker(rank: int, port: int, out: str, drop: bool) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from datacheck.torch import TrainingGuard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    torch.set_num_threads(1)
+    ddp = DDP(_model())
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+    guard = TrainingGuard(ddp, opt, clip_norm=1.0, drop_bad_ranks=drop, checkpoint_every=2, quiet_steps=2,
+                          log=f"{out}/guard.jsonl")  # fmt: skip
+    record = {"actions": [], "ranks": [], "reference": None}
+    for step in range(STEPS):
+        if step == NAN_STEP:
+            record["reference"] = _healthy_mean_update(_copy(ddp.module), step).tolist()
+        x, y = _bad_batch(rank, step, drop)
+        before = _flat(ddp.module).tolist()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        result = guard.step(loss)
+        opt.zero_grad(set_to_none=True)
+        record["actions"].append(result.action.value)
+        record["ranks"].append(list(result.ranks))
+        if step == NAN_STEP:
+            record["before_bad_step"] = before
+            record["after_bad_step"] = _flat(ddp.module).tolist()
+    record["final"] = _flat(ddp.module).tolist()
+    guard.close()
+    Path(out, f"result{rank}.json").write_text(json.dumps(record))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _copy(module: torch.nn.Module) -> torch.nn.Module:
+    clone = _model()
+    clone.load_state_dict(module.state_dict())
+    return clone
+
+
+def _flat(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+def _spawn(tmp_path: Path, drop: bool, timeout: float = 120.0) -> list[dict]:
+    ctx = mp.start_processes(
+        _worker,
+        args=(_free_port(), str(tmp_path), drop),
+        nprocs=WORLD,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail(f"4-rank guard run hung for {timeout:.0f}s")
+    return [json.loads((tmp_path / f"result{r}.json").read_text()) for r in range(WORLD)]
+
+
+def _events(tmp_path: Path, rank: int) -> list[dict]:
+    lines = (tmp_path / f"guard.rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_one_ranks_nan_is_skipped_everywhere_and_attributed(tmp_path):
+    results = _spawn(tmp_path, drop=False)
+    for res in results:
+        assert res["actions"][NAN_STEP] == "skip"
+        assert res["before_bad_step"] == res["after_bad_step"]
+        assert res["actions"][8:11] == ["skip", "skip", "rollback"]
+        assert all(r == [BAD_RANK] for r in res["ranks"][8:11] + [res["ranks"][NAN_STEP]])
+        good = [a for i, a in enumerate(res["actions"]) if i not in (NAN_STEP, *STREAK)]
+        assert set(good) <= {"step", "clip"}
+        assert res["final"] == results[0]["final"]  # bitwise identical on every rank
+    assert all(math.isfinite(v) for v in results[0]["final"])
+    for rank in range(WORLD):
+        events = _events(tmp_path, rank)
+        event = next(e for e in events if e["kind"] == "nonfinite")
+        assert event["step"] == NAN_STEP and event["ranks"] == [BAD_RANK]
+        assert event["hosts"] == [socket.gethostname()]
+        rollback = next(e for e in events if e["kind"] == "rollback")
+        assert rollback["step"] == 10 and rollback["to_step"] == 7
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_drop_bad_ranks_steps_on_the_healthy_mean(tmp_path):
+    results = _spawn(tmp_path, drop=True)
+    for res in results:
+        assert res["actions"][NAN_STEP] == "drop_ranks"
+        assert res["ranks"][NAN_STEP] == [BAD_RANK]
+        assert res["final"] == results[0]["final"]
+    got = torch.tensor(results[0]["after_bad_step"])
+    want = torch.tensor(results[0]["reference"])
+    assert torch.allclose(got, want, atol=1e-6)
+    event = next(e for e in _events(tmp_path, 0) if e["kind"] == "nonfinite")
+    assert event["dropped"] is True and event["action"] == "drop_ranks"
