@@ -18,9 +18,9 @@ from datacheck.schema import load_schema
 
 __all__ = [
     "CHECKS",
-    "FP16_MAX",
     "CheckSpec",
     "DatacheckError",
+    "FP16_MAX",
     "InputError",
     "Report",
     "ScanConfig",

@@ -10,6 +10,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from datacheck import _remote
 from datacheck.formats import Chunk, Format, Opened, WorkUnit, register
 
 _BLOCK_BYTES = 16 << 20
@@ -39,7 +40,7 @@ class ParquetFormat(Format):
         if size <= unit_bytes:
             return [{}]
         try:
-            meta = pq.read_metadata(path)
+            meta = pq.read_metadata(_remote.source(path))
         except Exception:  # noqa: BLE001 - the unit's own read reports the damage
             return [{}]
         units, start, offset, acc, rows_before = [], 0, 0, 0, 0
@@ -53,7 +54,8 @@ class ParquetFormat(Format):
         return units
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        pf = pq.ParquetFile(unit.path, page_checksum_verification=True, memory_map=True)
+        pf = pq.ParquetFile(_remote.source(unit.path), page_checksum_verification=True,
+                            memory_map=not _remote.is_url(unit.path))
         meta = pf.metadata
         lo, hi = unit.row_groups or (0, meta.num_row_groups)
         expected = sum(meta.row_group(i).num_rows for i in range(lo, hi))
@@ -76,7 +78,7 @@ class CsvFormat(Format):
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         types: dict[str, pa.DataType] = dict(options.get("arrow_types") or {})
         reader = pacsv.open_csv(
-            pa.input_stream(unit.path, compression="detect"),
+            _remote.stream(unit.path),
             read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=pacsv.ParseOptions(
                 delimiter="\t" if ".tsv" in unit.path.lower() else ","
@@ -89,7 +91,15 @@ class CsvFormat(Format):
             ),
         )
         schema = reader.schema
+        _require_text(schema, unit.path)
         return Opened(_type_names(schema), _batches_with_offsets(iter(reader), 0), arrow_schema=schema)
+
+
+def _require_text(schema: pa.Schema, path: str) -> None:
+    """Arrow infers ``binary`` for bytes that are not UTF-8: in a text file that is damage."""
+    for f in schema:
+        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+            raise ValueError(f"column {f.name!r} holds bytes that are not valid UTF-8 text")
 
 
 class ArrowFormat(Format):
@@ -100,7 +110,8 @@ class ArrowFormat(Format):
         return head[:6] == b"ARROW1" or head[:4] == b"FEA1"
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        source = pa.memory_map(unit.path, "r")
+        remote = _remote.is_url(unit.path)
+        source = pa.PythonFile(_remote.source(unit.path)) if remote else pa.memory_map(unit.path)
         head = source.read(6)
         source.seek(0)
         if head == b"ARROW1":
@@ -109,7 +120,7 @@ class ArrowFormat(Format):
         elif head[:4] == b"FEA1":  # Feather v1: no streaming API, read once.
             import pyarrow.feather as feather
 
-            table = feather.read_table(unit.path, memory_map=True)
+            table = feather.read_table(source, memory_map=not remote)
             reader, batches = table, iter(table.to_batches())
         else:
             reader = pa.ipc.open_stream(source)
@@ -129,7 +140,7 @@ class JsonLinesFormat(Format):
             unexpected_field_behavior="infer",
         )
         reader = pajson.open_json(
-            pa.input_stream(unit.path, compression="detect"),
+            _remote.stream(unit.path),
             read_options=pajson.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=parse,
         )

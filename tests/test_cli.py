@@ -1,0 +1,94 @@
+"""The CLI as a user runs it: a subprocess, its exit code, stdout, stderr and files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datacheck.cli import ExitCode, main
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "datacheck", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def test_demo_then_scan_gates_with_exit_1(tmp_path: Path) -> None:
+    r = run("demo", str(tmp_path / "demo"))
+    assert r.returncode == 0, r.stderr
+    r = run("scan", str(tmp_path / "demo"), "--schema", str(tmp_path / "demo" / "schema.yaml"),
+            "--out", str(tmp_path / "rep"))
+    assert r.returncode == ExitCode.FINDINGS, r.stderr
+    assert "scanned 5 files (1 ok, 3 flagged, 1 corrupt), 4,000 rows" in r.stdout
+    for check in ("nan", "inf", "extreme", "null", "out_of_range", "corrupt"):
+        assert f"  {check} " in r.stdout
+    assert "verdict:    FAIL" in r.stdout
+    assert (tmp_path / "rep" / "report.json").exists()
+    assert (tmp_path / "rep" / "quarantine.parquet").exists()
+    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_clean_data_exits_0(tmp_path: Path) -> None:
+    run("demo", str(tmp_path / "demo"))
+    r = run("scan", str(tmp_path / "demo" / "train" / "shard-000.parquet"), "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout
+
+
+def test_fail_on_levels(demo_dir: Path, tmp_path: Path) -> None:
+    # shard-003.csv without a schema: inf/nan errors
+    shard = str(demo_dir / "train" / "shard-003.csv")
+    assert main(["scan", shard, "--out", str(tmp_path / "a"), "--fail-on", "never"]) == 0
+    assert main(["scan", shard, "--out", str(tmp_path / "b")]) == 1
+    warn_only = str(tmp_path / "warn.csv")
+    Path(warn_only).write_text("x\n1.0\n100000.0\n")  # beyond fp16: a warning only
+    assert main(["scan", warn_only, "--out", str(tmp_path / "c"), "--fail-on", "warning"]) == 1
+    assert main(["scan", warn_only, "--out", str(tmp_path / "d"), "--fail-on", "error"]) == 0
+
+
+def test_json_summary_on_stdout(demo_dir: Path, tmp_path: Path) -> None:
+    r = run("scan", str(demo_dir), "--out", str(tmp_path / "o"), "--format", "json")
+    doc = json.loads(r.stdout)
+    assert doc["files"] == 5 and doc["corrupt_files"] == 1
+    assert doc["report"] == str(tmp_path / "o")
+    assert r.returncode == doc["exit_code"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["scan", "/no/such/path"], "no such file or directory"),
+        (["scan", "."], None),  # replaced below with a schema error
+        (["scan", ".", "--fail-on", "sometimes"], "invalid choice"),
+        (["scan", ".", "--workers", "0"], "workers must be >= 1"),
+        (["scan"], "required"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(args: list[str], needle: str | None, tmp_path: Path) -> None:
+    if needle is None:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("columns: [\n")
+        args = ["scan", str(tmp_path), "--schema", str(bad)]
+        needle = "invalid YAML"
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == ExitCode.USAGE
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("datacheck: error: ")
+    assert needle in lines[0]
+
+
+def test_progress_bar_when_asked(demo_dir: Path, tmp_path: Path) -> None:
+    r = run("scan", str(demo_dir), "--out", str(tmp_path / "o"), "--progress")
+    assert "scanning" in r.stderr
+
+
+def test_help_and_version_exit_0() -> None:
+    assert run("--help").returncode == 0
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("datacheck ")

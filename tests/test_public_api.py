@@ -1,0 +1,32 @@
+"""The public facade: pinned names, and no heavy imports on the scan path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import datacheck
+
+
+def test_public_names_are_pinned() -> None:
+    assert datacheck.__all__ == sorted(datacheck.__all__)
+    assert set(datacheck.__all__) >= {
+        "CHECKS", "DatacheckError", "InputError", "Report", "ScanConfig", "SchemaError",
+        "Severity", "UsageError", "load_report", "load_schema", "scan",
+    }
+
+
+def test_check_names_are_stable() -> None:
+    assert set(datacheck.CHECKS) == {"nan", "inf", "null", "extreme", "out_of_range", "corrupt", "schema"}
+
+
+def test_parquet_scan_never_imports_torch_or_dask(tmp_path) -> None:
+    code = (
+        "import sys, datacheck\n"
+        "from datacheck._demo import write_demo\n"
+        f"d = write_demo({str(tmp_path / 'd')!r})\n"
+        f"datacheck.scan(str(d / 'train' / 'shard-001.parquet'), out={str(tmp_path / 'o')!r})\n"
+        "print(sorted(m for m in ('torch', 'dask', 'distributed') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
