@@ -52,7 +52,7 @@ _COMPACT_SCHEMA = pa.schema(
         pa.field("column", _DICT),
         pa.field("check", _DICT),
         pa.field("severity", _DICT),
-        pa.field("value", pa.string()),
+        pa.field("value", _DICT),
         pa.field("count", pa.int32()),
     ]
 )
@@ -68,9 +68,16 @@ def _const(text: str | None, n: int) -> pa.Array:
 
 
 def _value_strings(hits: Hits) -> pa.Array:
+    """The bad values as (dictionary-encoded) strings; NaN/Inf without formatting each one."""
+    n = len(hits.rows)
     if hits.values is None:
-        return pa.nulls(len(hits.rows), pa.string())
-    return pc.cast(pa.array(hits.values, pa.float64()), pa.string())
+        return _const(None, n)
+    if hits.check == "nan":
+        return _const("nan", n)
+    if hits.check == "inf":
+        indices = pa.array((hits.values < 0).astype(np.int32))
+        return pa.DictionaryArray.from_arrays(indices, pa.array(["inf", "-inf"]))
+    return pc.dictionary_encode(pc.cast(pa.array(hits.values, pa.float64()), pa.string()))
 
 
 def hits_table(path: str, column: str, hits: Hits, row_offset: int) -> pa.Table:
@@ -132,7 +139,7 @@ def concat(tables: Iterable[pa.Table]) -> pa.Table:
 def write_atomic(table: pa.Table, dest: Path) -> None:
     """Write a manifest part so that a crash leaves either the whole file or none."""
     tmp = dest.with_name(dest.name + ".tmp")
-    pq.write_table(table, tmp, store_schema=False, compression="zstd")
+    pq.write_table(table, tmp, store_schema=False, compression="lz4")
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, dest)
