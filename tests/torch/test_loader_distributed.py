@@ -1,0 +1,124 @@
+"""GuardedLoader under DDP: 2 gloo processes on loopback, one rank drops samples."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from datacheck.torch import GuardedLoader, read_quarantine
+
+N = 64
+BATCH = 4
+# DistributedSampler(shuffle=False) gives rank 0 the even indices: every bad sample lands there.
+# Rank 0's first two batches are all bad (emptied), and its sixth batch loses one sample.
+BAD = {0, 2, 4, 6, 8, 10, 12, 14, 46}
+
+
+class Planted(Dataset):
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x = torch.full((8,), float(i) / N)
+        if i in BAD:
+            x[3] = float("nan")
+        return x, i
+
+
+def _train(rank: int, world: int, init: str, folder: str, on_bad: str, out: str) -> None:
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=30)
+    )
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ds = Planted()
+    sampler = DistributedSampler(ds, shuffle=False)
+    loader = GuardedLoader(
+        DataLoader(ds, batch_size=BATCH, sampler=sampler), quarantine=folder, on_bad=on_bad
+    )
+    epochs = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen, sizes = [], []
+        for x, idx in loader:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()  # the gradient all-reduce: hangs if the ranks' step counts differ
+            opt.step()
+            assert torch.isfinite(loss)
+            seen += idx.tolist()
+            sizes.append(len(idx))
+        epochs.append({"seen": seen, "sizes": sizes})
+    dist.barrier()
+    result = {"epochs": epochs, "stats": loader.stats.as_dict()}
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def run_ddp(tmp_path: Path, on_bad: str) -> list[dict]:
+    init = f"file://{tmp_path / 'init'}"
+    ctx = mp.start_processes(
+        _train,
+        args=(2, init, str(tmp_path / "q"), on_bad, str(tmp_path)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail("DDP training with a guarded loader hung")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ddp_training_proceeds_when_one_rank_drops_samples(tmp_path):
+    r0, r1 = run_ddp(tmp_path, "drop")
+    # Same number of steps on both ranks in every epoch: no collective left unmatched.
+    for e0, e1 in zip(r0["epochs"], r1["epochs"], strict=True):
+        assert len(e0["sizes"]) == len(e1["sizes"])
+    first0, first1 = r0["epochs"][0], r1["epochs"][0]
+    assert first0["sizes"][3] == BATCH - 1  # rank 0 trained on 3 samples while rank 1 had 4
+    assert set(first1["sizes"]) == {BATCH}
+    assert len(first0["sizes"]) == N // 2 // BATCH - 2  # both emptied batches skipped by all
+    assert sorted(set(first0["seen"]) | BAD) == list(range(0, N, 2))
+    assert set(read_quarantine(tmp_path / "q")["index"]) == BAD
+    assert set(read_quarantine(tmp_path / "q")["rank"]) == {0}
+    # Epoch 1: the quarantined indices are never loaded; rank 0's emptied batches are skipped
+    # by both ranks again (the sampler emptied them), still in step.
+    second0 = r0["epochs"][1]
+    assert second0["seen"] == first0["seen"]
+    assert r0["stats"]["excluded"] == len(BAD)
+    assert r1["stats"]["skipped_batches"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ddp_skip_batch_makes_every_rank_skip_the_same_step(tmp_path):
+    r0, r1 = run_ddp(tmp_path, "skip_batch")
+    (a0, b0), (a1, b1) = r0["epochs"], r1["epochs"]
+    assert len(a0["sizes"]) == len(a1["sizes"]) == N // 2 // BATCH - 3
+    assert set(a0["sizes"]) == set(a1["sizes"]) == {BATCH}
+    # Epoch 1: rank 0's all-quarantined batches are skipped by both; its sixth batch, rid of
+    # index 46 at the sampler, is trained on.
+    assert len(b0["sizes"]) == len(b1["sizes"]) == N // 2 // BATCH - 2
+    assert b0["sizes"].count(BATCH - 1) == 1
+    # rank 1 lost its batches 0, 1 and 5 (the steps where rank 0 had bad samples)
+    skipped1 = {1 + 2 * (BATCH * b + k) for b in (0, 1, 5) for k in range(BATCH)}
+    assert set(r1["epochs"][0]["seen"]) == set(range(1, N, 2)) - skipped1
+    assert set(read_quarantine(tmp_path / "q")["index"]) == BAD
