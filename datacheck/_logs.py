@@ -1,0 +1,436 @@
+"""``datacheck logs``: read a training history and find where it started to go wrong.
+
+Reads loss, grad norm and learning rate per step from text logs (``step 10 loss 2.3``,
+``key=value``, Megatron-style ``key: value |`` lines), JSON Lines (including the training
+guard's own log), CSV, and TensorBoard event files (through the ``tensorboard`` package).  The
+keys are discovered, not assumed.  The analysis walks the history once:
+
+    stable -> precursor (grad-norm spike) -> warning (loss >= factor x recent median)
+           -> danger (the jump persists, or reaches factor**2) -> NaN
+
+and names the last step before trouble (where to restart) and a suggested LR.  No torch here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import statistics
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datacheck.errors import InputError, UsageError
+
+__all__ = ["History", "Timeline", "add_parser", "analyze", "read_history", "render_text", "run"]
+
+_NUM = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)(?![\w.])"
+_PAIR = re.compile(rf"([A-Za-z_][\w./-]*)\s*[:=]?\s*({_NUM})", re.IGNORECASE)
+_WORDY = re.compile(rf"^\s*([A-Za-z_][\w ./()-]*?)\s*:\s*({_NUM})", re.IGNORECASE)  # "lm loss: 2.3"
+_STEP_KEYS = (
+    "step",
+    "global_step",
+    "iteration",
+    "iter",
+    "it",
+    "_step",
+    "trainer_global_step",
+    "steps",
+)
+_LOSS_PREF = ("loss", "train_loss", "lm_loss", "training_loss", "train_lm_loss")
+_NOT_TRAIN_LOSS = ("val", "eval", "test", "scale", "valid", "dev")
+
+
+@dataclass
+class History:
+    """A training history: per-step values under discovered keys, plus guard events."""
+
+    source: str
+    format: str
+    steps: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    grad_norm: list[float | None] = field(default_factory=list)
+    lr: list[float | None] = field(default_factory=list)
+    keys: dict[str, str | None] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What the analysis found; steps are ``None`` where nothing was found."""
+
+    status: str
+    """``healthy``, ``spike``, ``diverging`` or ``nan``."""
+    steps: int
+    level: float | None = None
+    warning_step: float | None = None
+    warning_loss: float | None = None
+    danger_step: float | None = None
+    nan_step: float | None = None
+    precursor_step: float | None = None
+    precursor_grad_norm: float | None = None
+    precursor_lead: float | None = None
+    """Steps between the grad-norm precursor and the loss warning (or NaN)."""
+    restart_step: float | None = None
+    restart_lr: float | None = None
+    suggested_lr: float | None = None
+    guard_events: dict[str, int] = field(default_factory=dict)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def _to_float(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _norm_key(key: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_") or key
+
+
+def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}/"))
+        else:
+            out[name] = value
+    return out
+
+
+def _parse_text_line(line: str) -> dict[str, float]:
+    row: dict[str, float] = {}
+    for segment in re.split(r"\s[|,]\s?|,\s|\t", line):
+        wordy = _WORDY.match(segment)
+        pairs = [wordy.groups()] if wordy and " " in wordy.group(1) else _PAIR.findall(segment)
+        for key, value in pairs:
+            row.setdefault(_norm_key(key), float(value))
+    return row
+
+
+def _rows_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows, events = [], []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(
+                    f"'{path}', line {n}: not JSON ({exc.msg}); is it a text log?"
+                ) from exc
+            if not isinstance(rec, dict):
+                continue
+            if rec.get("kind") not in (None, "step"):
+                events.append(rec)
+            rows.append({_norm_key(k): v for k, v in _flatten(rec).items()})
+    return rows, events
+
+
+def _rows_csv(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8", newline="") as fh:
+        return [{_norm_key(k): v for k, v in rec.items() if k} for rec in csv.DictReader(fh)]
+
+
+def _rows_text(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        return [row for line in fh if (row := _parse_text_line(line))]
+
+
+def _rows_tensorboard(path: Path) -> list[dict[str, Any]]:
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError as exc:
+        raise InputError(
+            f"'{path}' is a TensorBoard event file: reading it needs the tensorboard package "
+            "(pip install tensorboard)"
+        ) from exc
+    acc = event_accumulator.EventAccumulator(
+        str(path), size_guidance={event_accumulator.SCALARS: 0}
+    )
+    acc.Reload()
+    by_step: dict[int, dict[str, Any]] = {}
+    for tag in acc.Tags().get("scalars", []):
+        for ev in acc.Scalars(tag):
+            by_step.setdefault(ev.step, {"step": ev.step})[_norm_key(tag)] = ev.value
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _pick(keys: set[str], exact: tuple[str, ...], test: Any) -> str | None:
+    for key in exact:
+        if key in keys:
+            return key
+    found = sorted((k for k in keys if test(k)), key=len)
+    return found[0] if found else None
+
+
+def _discover(rows: list[dict[str, Any]]) -> dict[str, str | None]:
+    keys = {k for row in rows for k, v in row.items() if _to_float(v) is not None}
+
+    def is_loss(k: str) -> bool:
+        return "loss" in k and not any(
+            bad in k.split("_") or k.startswith(bad) for bad in _NOT_TRAIN_LOSS
+        )
+
+    return {
+        "step": _pick(keys, _STEP_KEYS, lambda k: k.endswith("_step") or k.endswith("iteration")),
+        "loss": _pick(keys, _LOSS_PREF, is_loss),
+        "grad_norm": _pick(
+            keys, ("grad_norm", "gnorm", "total_norm"), lambda k: "grad" in k and "norm" in k
+        ),
+        "lr": _pick(
+            keys, ("lr", "learning_rate"), lambda k: k.endswith("_lr") or "learning_rate" in k
+        ),
+    }
+
+
+def _sniff(path: Path) -> str:
+    name = path.name.lower()
+    if "tfevents" in name:
+        return "tensorboard"
+    if name.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    if name.endswith((".csv", ".tsv")):
+        return "csv"
+    with path.open("rb") as fh:
+        head = fh.read(4096).lstrip()
+    return "jsonl" if head.startswith(b"{") else "text"
+
+
+def read_history(path: str | Path) -> History:
+    """Read a training history file; the format and the keys are discovered.
+
+    Raises:
+        InputError: if the file is missing, unreadable, or has no loss values.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(
+            f"'{path}': no such file (give a train log, metrics.jsonl/.csv or a tfevents file)"
+        )
+    fmt, events = _sniff(path), []
+    try:
+        if fmt == "jsonl":
+            rows, events = _rows_jsonl(path)
+        else:
+            rows = {"csv": _rows_csv, "text": _rows_text, "tensorboard": _rows_tensorboard}[fmt](
+                path
+            )
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"'{path}': cannot read it as {fmt} ({exc})") from exc
+    keys = _discover(rows)
+    if keys["loss"] is None:
+        seen = sorted({k for row in rows for k in row})[:20]
+        raise InputError(f"'{path}': no training loss found ({fmt}; keys seen: {seen or 'none'})")
+    return _build(path, fmt, rows, keys, events)
+
+
+def _build(path: Path, fmt: str, rows: list[dict[str, Any]], keys: dict[str, str | None],
+           events: list[dict[str, Any]]) -> History:  # fmt: skip
+    hist = History(str(path), fmt, keys=keys, events=events)
+    merged: dict[float, dict[str, Any]] = {}
+    for n, row in enumerate(rows):
+        loss = _to_float(row.get(keys["loss"]))
+        if loss is None:
+            continue
+        step = _to_float(row.get(keys["step"])) if keys["step"] else None
+        step = float(n) if step is None else step
+        merged.setdefault(step, {"loss": loss, "grad_norm": None, "lr": None})
+        for name in ("grad_norm", "lr"):
+            if keys[name] and merged[step][name] is None:
+                merged[step][name] = _to_float(row.get(keys[name]))
+    for step in sorted(merged):
+        hist.steps.append(step)
+        hist.loss.append(merged[step]["loss"])
+        hist.grad_norm.append(merged[step]["grad_norm"])
+        hist.lr.append(merged[step]["lr"])
+    return hist
+
+
+# -- analysis ------------------------------------------------------------------------------
+
+
+class _Level:
+    """Running median of recent finite, non-spiking values."""
+
+    def __init__(self, window: int, warmup: int) -> None:
+        self.values: deque[float] = deque(maxlen=window)
+        self.warmup = warmup
+
+    def spike(self, value: float, factor: float) -> tuple[bool, float | None]:
+        if len(self.values) < max(1, self.warmup):
+            self.values.append(value)
+            return False, None
+        level = statistics.median(self.values)
+        if level > 0 and value >= factor * level:
+            return True, level
+        self.values.append(value)
+        return False, level
+
+
+def analyze(hist: History, *, spike_factor: float = 10.0, grad_spike_factor: float | None = None,
+            window: int = 50, warmup: int = 10, persist: int = 3, lookback: int = 1000) -> Timeline:  # fmt: skip
+    """Find the warning, danger and NaN steps, the grad-norm precursor and where to restart."""
+    gfactor = grad_spike_factor or spike_factor
+    loss_lv, grad_lv = _Level(window, warmup), _Level(window, warmup)
+    found: dict[str, Any] = {}
+    grad_spikes: list[tuple[float, float]] = []
+    above = 0
+    for i, (step, loss) in enumerate(zip(hist.steps, hist.loss, strict=True)):
+        gnorm = hist.grad_norm[i]
+        if not math.isfinite(loss) or (gnorm is not None and not math.isfinite(gnorm)):
+            found["nan_step"] = step
+            break
+        if gnorm is not None and grad_lv.spike(gnorm, gfactor)[0]:
+            grad_spikes.append((step, gnorm))
+        if "warning_step" in found:
+            above = above + 1 if loss >= spike_factor * found["level"] else 0
+            if "danger_step" not in found and (
+                above >= persist or loss >= spike_factor**2 * found["level"]
+            ):
+                found["danger_step"] = step
+            continue
+        spike, level = loss_lv.spike(loss, spike_factor)
+        found["level"] = level
+        if spike:
+            found.update(warning_step=step, warning_loss=loss)
+            above = 1
+    return _conclude(hist, found, grad_spikes, lookback)
+
+
+def _conclude(hist: History, found: dict[str, Any], grad_spikes: list[tuple[float, float]],
+              lookback: int) -> Timeline:  # fmt: skip
+    trouble = found.get("warning_step", found.get("nan_step"))
+    if trouble is not None:
+        near = [(s, g) for s, g in grad_spikes if trouble - lookback <= s <= trouble]
+        if near:
+            found.update(precursor_step=near[0][0], precursor_grad_norm=near[0][1],
+                         precursor_lead=trouble - near[0][0])  # fmt: skip
+        first_sign = min(trouble, found.get("precursor_step", trouble))
+        _restart(hist, found, first_sign)
+    status = ("nan" if "nan_step" in found else "diverging" if "danger_step" in found
+              else "spike" if "warning_step" in found else "healthy")  # fmt: skip
+    counts: dict[str, int] = {}
+    for ev in hist.events:
+        counts[str(ev.get("kind"))] = counts.get(str(ev.get("kind")), 0) + 1
+    return Timeline(status=status, steps=len(hist.steps), guard_events=counts, **found)
+
+
+def _restart(hist: History, found: dict[str, Any], first_sign: float) -> None:
+    before = [i for i, s in enumerate(hist.steps) if s < first_sign]
+    if not before:
+        return
+    checkpoints = [
+        float(e["at_step"]) for e in hist.events if e.get("kind") == "checkpoint" and "at_step" in e
+    ]
+    good = [c for c in checkpoints if c < first_sign]
+    i = before[-1]
+    found["restart_step"] = max(good) if good else hist.steps[i]
+    lrs = [lr for lr in hist.lr[: i + 1] if lr is not None]
+    if lrs:
+        found.update(restart_lr=lrs[-1], suggested_lr=lrs[-1] / 2)
+
+
+# -- output and the CLI --------------------------------------------------------------------
+
+
+def _s(step: float | None) -> str:
+    return "-" if step is None else f"{step:g}"
+
+
+def render_text(hist: History, tl: Timeline) -> str:
+    """The timeline as a few readable lines."""
+    keys = ", ".join(f"{k}={v}" for k, v in hist.keys.items() if v)
+    lines = [f"{hist.source}: {hist.format}, {tl.steps} steps ({keys})", f"status: {tl.status}"]
+    if tl.level is not None:
+        lines.append(f"  stable     loss level {tl.level:.4g} (running median)")
+    if tl.precursor_step is not None:
+        lines.append(f"  precursor  step {_s(tl.precursor_step)}: grad norm {tl.precursor_grad_norm:.4g}, "
+                     f"{_s(tl.precursor_lead)} steps before the loss")  # fmt: skip
+    if tl.warning_step is not None:
+        lines.append(f"  warning    step {_s(tl.warning_step)}: loss {tl.warning_loss:.4g} "
+                     f"({tl.warning_loss / tl.level:.1f}x the level)")  # fmt: skip
+    if tl.danger_step is not None:
+        lines.append(f"  danger     step {_s(tl.danger_step)}: the jump persists")
+    if tl.nan_step is not None:
+        lines.append(f"  NaN        step {_s(tl.nan_step)}")
+    if tl.restart_step is not None:
+        lr = (
+            f"; suggested LR {tl.suggested_lr:.3g} (half of {tl.restart_lr:.3g})"
+            if tl.suggested_lr
+            else ""
+        )
+        lines.append(f"restart from step {_s(tl.restart_step)} (last step before trouble){lr}")
+    if tl.guard_events:
+        lines.append(
+            "guard events: " + ", ".join(f"{k} {n}" for k, n in sorted(tl.guard_events.items()))
+        )
+    return "\n".join(lines)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``datacheck logs`` on an argparse subparsers object."""
+    p = subparsers.add_parser("logs", help="find spikes and NaN in a training history", description=(
+        "Read a training log (text, JSON Lines, CSV or TensorBoard events) and print the timeline: "
+        "grad-norm precursor, loss warning, danger, NaN, and the step to restart from."))  # fmt: skip
+    p.add_argument("path", help="train.log | metrics.jsonl | metrics.csv | events.out.tfevents.*")
+    p.add_argument(
+        "--spike-factor",
+        type=float,
+        default=10.0,
+        help="loss jump over its recent median (default: %(default)s)",
+    )
+    p.add_argument(
+        "--grad-spike-factor", type=float, help="grad-norm jump (default: the spike factor)"
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=50,
+        help="readings in the running median (default: %(default)s)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        help="readings before judging spikes (default: %(default)s)",
+    )
+    p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``datacheck logs``: 0 healthy, 1 spike or NaN (unreadable input raises InputError)."""
+    if not args.spike_factor > 1 or (
+        args.grad_spike_factor is not None and not args.grad_spike_factor > 1
+    ):
+        raise UsageError("logs: --spike-factor and --grad-spike-factor must be > 1 (e.g. 10)")
+    if args.window < 1 or args.warmup < 0:
+        raise UsageError("logs: --window must be >= 1 and --warmup >= 0")
+    hist = read_history(args.path)
+    tl = analyze(hist, spike_factor=args.spike_factor, grad_spike_factor=args.grad_spike_factor,
+                 window=args.window, warmup=args.warmup)  # fmt: skip
+    if args.output_format == "json":
+        print(
+            json.dumps(
+                {"source": hist.source, "format": hist.format, "keys": hist.keys, **asdict(tl)}
+            )
+        )
+    else:
+        print(render_text(hist, tl))
+    return 0 if tl.status == "healthy" else 1

@@ -1,0 +1,251 @@
+"""``datacheck logs``: readers for every history shape, the spike timeline, and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datacheck import _logs
+from datacheck.errors import InputError, UsageError
+
+PRECURSOR, WARNING, DANGER, NAN, STEPS = 400, 450, 452, 480, 500
+LR = 1e-4
+
+
+def _history(spiking: bool = True) -> list[dict[str, float]]:
+    """A run that is stable, then grad norm x50 at 400, loss x15 at 450 (staying up), NaN at 480."""
+    rng = random.Random(0)
+    rows = []
+    for step in range(STEPS):
+        loss = 2.0 + 0.5 * math.exp(-step / 100) + rng.uniform(-0.05, 0.05)
+        gnorm = 1.0 + rng.uniform(-0.1, 0.1)
+        if spiking and step >= PRECURSOR:
+            gnorm *= 50
+        if spiking and step >= WARNING:
+            loss *= 15 + (step - WARNING)
+        if spiking and step >= NAN:
+            loss = gnorm = math.nan
+        rows.append({"step": step, "loss": loss, "grad_norm": gnorm, "lr": LR})
+    return rows
+
+
+def _num(v: float) -> str:
+    return "nan" if math.isnan(v) else f"{v:.6g}"
+
+
+def _write(path: Path, shape: str, rows: list[dict[str, float]]) -> Path:
+    if shape == "plain":
+        lines = [
+            f"[rank0] step {r['step']} loss {_num(r['loss'])} grad_norm {_num(r['grad_norm'])} lr {r['lr']:g}"
+            for r in rows
+        ]
+    elif shape == "keyvalue":
+        lines = [f"INFO it={r['step']}, train/loss={_num(r['loss'])}, gnorm={_num(r['grad_norm'])}, learning_rate={r['lr']:g}" for r in rows]  # fmt: skip
+    elif shape == "megatron":
+        lines = [
+            f" iteration {r['step']:8d}/  500000 | consumed samples: {r['step'] * 512:10d} | "
+            f"elapsed time per iteration (ms): 1234.5 | learning rate: {r['lr']:.3E} | global batch size:   512 | "
+            f"lm loss: {_num(r['loss'])} | loss scale: 65536.0 | grad norm: {_num(r['grad_norm'])} | "
+            f"number of skipped iterations:   0 | number of nan iterations:   0 |"
+            for r in rows
+        ]
+        lines.insert(
+            3, "validation loss at iteration 3 | lm loss value: 9.99E+01 | lm loss PPL: 1.0E+43 |"
+        )
+    elif shape == "jsonl":
+        lines = [json.dumps({"trainer": {"global_step": r["step"]}, "train": {"loss": r["loss"]},
+                             "grad_norm": r["grad_norm"], "lr": r["lr"], "val_loss": 0.1}) for r in rows]  # fmt: skip
+    elif shape == "csv":
+        lines = ["epoch,iteration,val_loss,train_loss,grad-norm,lr"]
+        lines += [
+            f"0,{r['step']},0.1,{_num(r['loss'])},{_num(r['grad_norm'])},{r['lr']}" for r in rows
+        ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+SHAPES = {"plain": "train.log", "keyvalue": "train.log", "megatron": "megatron.log", "jsonl": "metrics.jsonl",
+          "csv": "metrics.csv"}  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_spiking_history_timeline(tmp_path, shape):
+    hist = _logs.read_history(_write(tmp_path / SHAPES[shape], shape, _history()))
+    assert len(hist.steps) == STEPS
+    tl = _logs.analyze(hist)
+    assert tl.status == "nan"
+    assert (tl.precursor_step, tl.warning_step, tl.danger_step, tl.nan_step) == (
+        PRECURSOR,
+        WARNING,
+        DANGER,
+        NAN,
+    )
+    assert tl.precursor_lead == WARNING - PRECURSOR
+    assert tl.restart_step == PRECURSOR - 1
+    assert tl.suggested_lr == pytest.approx(LR / 2)
+    assert 1.9 <= tl.level <= 2.2
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_healthy_history_is_healthy(tmp_path, shape):
+    tl = _logs.analyze(
+        _logs.read_history(_write(tmp_path / SHAPES[shape], shape, _history(spiking=False)))
+    )
+    assert tl.status == "healthy"
+    assert tl.warning_step is tl.nan_step is tl.precursor_step is tl.restart_step is None
+
+
+@pytest.mark.parametrize(
+    "shape, keys",
+    [
+        (
+            "megatron",
+            {
+                "step": "iteration",
+                "loss": "lm_loss",
+                "grad_norm": "grad_norm",
+                "lr": "learning_rate",
+            },
+        ),
+        (
+            "jsonl",
+            {
+                "step": "trainer_global_step",
+                "loss": "train_loss",
+                "grad_norm": "grad_norm",
+                "lr": "lr",
+            },
+        ),
+        ("csv", {"step": "iteration", "loss": "train_loss", "grad_norm": "grad_norm", "lr": "lr"}),
+        (
+            "keyvalue",
+            {"step": "it", "loss": "train_loss", "grad_norm": "gnorm", "lr": "learning_rate"},
+        ),
+    ],
+)
+def test_keys_are_discovered(tmp_path, shape, keys):
+    assert _logs.read_history(_write(tmp_path / SHAPES[shape], shape, _history())).keys == keys
+
+
+def test_a_lone_spike_that_recovers_is_a_spike_not_divergence(tmp_path):
+    rows = _history(spiking=False)
+    rows[300]["loss"] *= 20
+    tl = _logs.analyze(_logs.read_history(_write(tmp_path / "m.jsonl", "jsonl", rows)))
+    assert (tl.status, tl.warning_step, tl.danger_step, tl.restart_step) == (
+        "spike",
+        300,
+        None,
+        299,
+    )
+
+
+def test_spike_factor_is_configurable(tmp_path):
+    rows = _history(spiking=False)
+    rows[300]["loss"] *= 5
+    hist = _logs.read_history(_write(tmp_path / "m.jsonl", "jsonl", rows))
+    assert _logs.analyze(hist).status == "healthy"
+    assert _logs.analyze(hist, spike_factor=4.0).warning_step == 300
+
+
+def test_tensorboard_event_file(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    for r in _history():
+        writer.add_scalar("train/loss", r["loss"], r["step"])
+        writer.add_scalar("train/grad_norm", r["grad_norm"], r["step"])
+        writer.add_scalar("lr", r["lr"], r["step"])
+    writer.close()
+    event_file = next(tmp_path.glob("events.out.tfevents.*"))
+    tl = _logs.analyze(_logs.read_history(event_file))
+    assert (tl.precursor_step, tl.warning_step, tl.nan_step, tl.restart_step) == (
+        PRECURSOR,
+        WARNING,
+        NAN,
+        PRECURSOR - 1,
+    )
+
+
+def test_unreadable_inputs(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        _logs.read_history(tmp_path / "missing.log")
+    (tmp_path / "noise.log").write_text("hello world\nnothing to see here 42\n")
+    with pytest.raises(InputError, match="no training loss found"):
+        _logs.read_history(tmp_path / "noise.log")
+    (tmp_path / "broken.jsonl").write_text('{"loss": 1}\n{"loss": \n')
+    with pytest.raises(InputError, match="line 2: not JSON"):
+        _logs.read_history(tmp_path / "broken.jsonl")
+
+
+def _args(path: Path, **kw) -> argparse.Namespace:
+    base = {
+        "spike_factor": 10.0,
+        "grad_spike_factor": None,
+        "window": 50,
+        "warmup": 10,
+        "output_format": "json",
+    }
+    return argparse.Namespace(path=str(path), **{**base, **kw})
+
+
+def test_run_in_process(tmp_path, capsys):
+    path = _write(tmp_path / "train.log", "plain", _history())
+    assert _logs.run(_args(path)) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["warning_step"], out["precursor_step"], out["restart_step"]) == (
+        "nan",
+        450,
+        400,
+        399,
+    )
+    assert _logs.run(_args(path, output_format="text")) == 1
+    text = capsys.readouterr().out
+    assert (
+        "precursor  step 400" in text
+        and "warning    step 450" in text
+        and "restart from step 399" in text
+    )
+    with pytest.raises(UsageError, match="spike-factor"):
+        _logs.run(_args(path, spike_factor=1.0))
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "datacheck", "logs", *argv], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_cli_exit_codes_and_json(tmp_path):
+    spiking = _write(tmp_path / "metrics.csv", "csv", _history())
+    healthy = _write(tmp_path / "ok.jsonl", "jsonl", _history(spiking=False))
+    proc = _cli(str(spiking), "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["status"], out["warning_step"], out["precursor_step"], out["nan_step"]) == (
+        "nan",
+        450,
+        400,
+        480,
+    )
+    assert out["restart_step"] == 399 and out["suggested_lr"] == pytest.approx(5e-5)
+    proc = _cli(str(healthy))
+    assert proc.returncode == 0 and "status: healthy" in proc.stdout
+    proc = _cli(str(tmp_path / "nope.log"))
+    assert (
+        proc.returncode == 2
+        and proc.stderr.startswith("datacheck: error:")
+        and "no such file" in proc.stderr
+    )
+
+
+def test_logs_does_not_import_torch():
+    code = "import sys, datacheck._logs, datacheck.cli; datacheck.cli.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
