@@ -339,9 +339,11 @@ def _restart(hist: History, found: dict[str, Any], first_sign: float) -> None:
         float(e["at_step"]) for e in hist.events if e.get("kind") == "checkpoint" and "at_step" in e
     ]
     good = [c for c in checkpoints if c < first_sign]
-    i = before[-1]
-    found["restart_step"] = max(good) if good else hist.steps[i]
-    lrs = [lr for lr in hist.lr[: i + 1] if lr is not None]
+    # A guard checkpoint "at step N" holds the state before step N ran: its LR is step N-1's.
+    restart = max(good) if good else hist.steps[before[-1]]
+    found["restart_step"] = restart
+    lrs = [lr for s, lr in zip(hist.steps, hist.lr, strict=True)
+           if lr is not None and (s < restart or (s == restart and not good))]  # fmt: skip
     if lrs:
         found.update(restart_lr=lrs[-1], suggested_lr=lrs[-1] / 2)
 

@@ -332,3 +332,26 @@ def test_config_and_options_are_exclusive():
         TrainingGuard(model, opt, config=GuardConfig(), clip_norm=2.0)
     with pytest.raises(UsageError, match="DistributedDataParallel"):
         TrainingGuard(model, opt, drop_bad_ranks=True)
+
+
+def test_guard_log_reads_back_with_datacheck_logs(tmp_path):
+    from datacheck import _logs
+
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    log = tmp_path / "guard.jsonl"
+    guard = TrainingGuard(model, opt, clip_norm=1.0, checkpoint_every=20, log=str(log), log_every=1)
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 260)):
+        if step == 200:
+            opt.param_groups[0]["lr"] *= 100
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        guard.step(loss)
+        opt.zero_grad(set_to_none=True)
+    guard.close()
+    hist = _logs.read_history(log)
+    tl = _logs.analyze(hist)
+    assert tl.status == "diverging" and 200 <= tl.warning_step <= 205 and tl.nan_step is None
+    assert tl.restart_step == 200  # the guard's last checkpoint before the spike
+    assert tl.suggested_lr == pytest.approx(0.025)
+    assert tl.guard_events["rollback"] == 1 and tl.guard_events["loss_spike"] >= 1
