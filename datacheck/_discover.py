@@ -6,6 +6,7 @@ import glob
 import os
 from pathlib import Path
 
+from datacheck import _remote
 from datacheck.errors import InputError
 from datacheck.formats import Format, Opened, WorkUnit, detect, register
 
@@ -30,6 +31,8 @@ register(UnknownFormat())
 
 
 def _head(path: str) -> bytes:
+    if _remote.is_url(path):
+        return _remote.read_head(path)
     try:
         with open(path, "rb") as fh:
             return fh.read(16)
@@ -68,6 +71,12 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     seen: dict[str, str] = {}
     ignored: list[str] = []
     for item in inputs:
+        if _remote.is_url(item):  # s3://, gs://, memory://, ...: listed through fsspec
+            found_urls, skipped_urls = _remote.expand(item)
+            ignored.extend(skipped_urls)
+            for url, root in found_urls:
+                seen.setdefault(url, root)
+            continue
         matches = sorted(glob.glob(item, recursive=True)) if glob.has_magic(item) else [item]
         if not matches or not all(os.path.exists(m) for m in matches):
             raise InputError(f"input {item!r}: no such file or directory; check the path")
@@ -90,17 +99,25 @@ def _partition_keys(path: str, root: str) -> tuple[str, ...]:
     return tuple(seg.split("=", 1)[0] for seg in Path(rel).parts[:-1] if "=" in seg)
 
 
+def _stat(path: str) -> tuple[int, float, str]:
+    """Size, mtime and ETag ("" for local files): the identity of a file for resume."""
+    if _remote.is_url(path):
+        return _remote.stat(path)
+    st = os.stat(path)
+    return st.st_size, st.st_mtime, ""
+
+
 def plan_units(files: list[tuple[str, str]], unit_bytes: int = 512 << 20) -> list[WorkUnit]:
     """One unit per file, or per row-group range for files larger than ``unit_bytes``."""
     units: list[WorkUnit] = []
     for path, root in files:
-        st = os.stat(path)
+        size, mtime, etag = _stat(path)
         fmt = detect(path, _head(path)) or UnknownFormat()
-        pieces = fmt.plan(path, st.st_size, unit_bytes)
+        pieces = fmt.plan(path, size, unit_bytes)
         keys = _partition_keys(path, root)
         for i, extra in enumerate(pieces):
             units.append(
-                WorkUnit(path, fmt.name, st.st_size, st.st_mtime, part=i, n_parts=len(pieces),
-                         partition_columns=keys, **extra)
+                WorkUnit(path, fmt.name, size, mtime, part=i, n_parts=len(pieces),
+                         partition_columns=keys, etag=etag, **extra)
             )
     return units

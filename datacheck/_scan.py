@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 from datacheck import findings as fnd
 from datacheck._discover import discover, plan_units
 from datacheck._execute import EXECUTORS, default_workers, run_units
+from datacheck._resume import Journal
 from datacheck._unit import UnitResult, scan_unit
 from datacheck.checks._registry import Severity
 from datacheck.errors import UsageError
@@ -40,7 +40,13 @@ class ScanConfig:
     unit_bytes: int = 512 << 20
     """Files larger than this are split into row-group ranges."""
     executor_options: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for the executor (e.g. a dask ``client``)."""
+    """Extra keyword arguments for the executor (e.g. ``retries`` for ``distributed``)."""
+    scheduler: str | None = None
+    """Address of a running dask scheduler (``tcp://host:8786``); implies ``distributed``."""
+    client: Any = None
+    """A ``dask.distributed.Client`` to run on (left open); implies ``distributed``."""
+    resume: bool = False
+    """Skip the units an interrupted scan into the same ``out`` folder already finished."""
 
     def __post_init__(self) -> None:
         if self.fail_on not in FAIL_ON:
@@ -52,6 +58,27 @@ class ScanConfig:
             raise UsageError(f"executor {self.executor!r} is not one of: {', '.join(sorted(valid))}")
         if self.unit_bytes < 1 << 20:
             raise UsageError(f"unit_bytes must be at least 1 MiB, got {self.unit_bytes}")
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        if self.scheduler is None and self.client is None:
+            return
+        if self.scheduler is not None and self.client is not None:
+            raise UsageError("pass either scheduler= or client=, not both")
+        if self.scheduler is not None and (not isinstance(self.scheduler, str) or not self.scheduler.strip()):
+            raise UsageError(f"scheduler must be an address like tcp://host:8786, got {self.scheduler!r}")
+        if self.executor not in ("auto", "distributed"):
+            raise UsageError(f"a dask scheduler or client runs on executor 'distributed', not {self.executor!r}")
+        object.__setattr__(self, "executor", "distributed")
+
+    def run_options(self) -> dict[str, Any]:
+        """Keyword arguments for the executor: ``executor_options`` plus the cluster."""
+        opts = dict(self.executor_options)
+        if self.scheduler is not None:
+            opts["scheduler"] = self.scheduler
+        if self.client is not None:
+            opts["client"] = self.client
+        return opts
 
 
 @lru_cache(maxsize=8)
@@ -205,26 +232,35 @@ def scan(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     parts = out_dir / "parts"
-    parts.mkdir(exist_ok=True)
+    fingerprint = {"inputs": inputs, "schema": compiled.source if compiled else None,
+                   "unit_bytes": config.unit_bytes}
+    journal = Journal(out_dir, parts, fingerprint, resume=config.resume)
+    results, todo = journal.split(units)
     worker_schema = schema if isinstance(schema, (str, Path)) and schema else compiled
     if isinstance(worker_schema, Path):
         worker_schema = str(worker_schema)
     fn = partial(_run_unit, schema=worker_schema, parts_dir=str(parts))
     start = time.perf_counter()
-    results: list[UnitResult] = []
     workers = config.workers or default_workers()
-    for r in run_units(fn, units, config.executor, workers, **config.executor_options):
-        results.append(r)
-        if progress is not None:
-            progress(r, len(results), len(units))
+    running = run_units(fn, todo, config.executor, workers, **config.run_options())
+    try:  # on Ctrl-C / errors: stop the executor now, keep journal + parts for --resume
+        for r in running:
+            journal.record(r)
+            results.append(r)
+            if progress is not None:
+                progress(r, len(results), len(units))
+    finally:
+        getattr(running, "close", lambda: None)()
+        journal.close()
     entries = _file_entries(results)
     extra = shard_dtype_findings(entries, dict(files))
     _apply_extra(entries, extra)
     _write_manifest(out_dir, results, extra)
-    shutil.rmtree(parts, ignore_errors=True)
+    journal.finish()
+    hidden = ("executor_options", "client", "resume")
     settings = {
         "inputs": inputs, "schema": compiled.source if compiled else None,
-        **{k: v for k, v in asdict(config).items() if k != "executor_options"},
+        **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
         "workers": workers,
     }
     doc = write_report_json(out_dir, settings, entries, ignored, time.perf_counter() - start)

@@ -7,6 +7,7 @@ findings.  Check code is not wrapped: a bug in datacheck is a crash, not a "corr
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -187,7 +188,9 @@ def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
     res.sites = {k: dict(v) for k, v in col.sites.items()}
     table = fnd.concat(col.tables)
     res.findings_rows = table.num_rows
-    if parts_dir is None or table.num_rows == 0:
+    # A worker that cannot see parts_dir (remote cluster, no shared filesystem) sends the
+    # findings back with the result; the client's journal spills them to a part on arrival.
+    if parts_dir is None or table.num_rows == 0 or not os.path.isdir(parts_dir):
         res.table = table if table.num_rows else None
         return
     dest = Path(parts_dir) / f"{_safe_name(res.key)}.parquet"

@@ -48,6 +48,11 @@ def _add_scan(sub: Any) -> None:
     p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
     p.add_argument("--executor", default="auto",
                    help="auto | inprocess | processes | distributed (default: %(default)s)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on a running dask scheduler, e.g. tcp://10.0.0.5:8786 "
+                        "(implies --executor distributed)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the work units an interrupted scan into --out already finished")
     p.add_argument("--unit-mb", type=int, default=512,
                    help="split files larger than this into row-group ranges (default: %(default)s)")
     p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format",
@@ -103,7 +108,8 @@ def _run_scan(args: argparse.Namespace) -> int:
     from datacheck._summary import render_text
 
     config = ScanConfig(fail_on=args.fail_on, workers=args.workers, executor=args.executor,
-                        unit_bytes=args.unit_mb << 20)
+                        unit_bytes=args.unit_mb << 20, scheduler=args.scheduler,
+                        resume=args.resume)
     progress = _progress_bar(args.progress)
     try:
         report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)

@@ -40,11 +40,14 @@ class WorkUnit:
     """Row index in the file of the unit's first row."""
     partition_columns: tuple[str, ...] = ()
     """Hive partition keys found in the path (``key=value`` folders)."""
+    etag: str = ""
+    """Object-store ETag / generation of a remote file ("" for local files)."""
 
     @property
     def key(self) -> str:
-        """Stable identity for resume: path, size, mtime and the part."""
-        return f"{self.path}|{self.size}|{self.mtime:.6f}|{self.part}/{self.n_parts}"
+        """Stable identity for resume: path, size, mtime (and ETag when remote) and the part."""
+        key = f"{self.path}|{self.size}|{self.mtime:.6f}|{self.part}/{self.n_parts}"
+        return f"{key}|{self.etag}" if self.etag else key
 
 
 @dataclass

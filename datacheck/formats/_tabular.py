@@ -11,6 +11,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from datacheck import _remote
+from datacheck import _remote
 from datacheck.formats import Chunk, Format, Opened, WorkUnit, register
 
 _BLOCK_BYTES = 16 << 20

@@ -1,0 +1,164 @@
+"""The dask.distributed executor: run work units on a cluster, results as tasks finish.
+
+Connects to a running scheduler (``scheduler=`` address, or a ``client=`` the caller owns),
+or starts a :class:`~distributed.LocalCluster` of single-threaded worker processes that is
+torn down when the scan ends, is interrupted, or fails.  Only :class:`~datacheck.formats.WorkUnit`
+objects (paths, never data) travel to the workers; workers read the files themselves and send
+back small :class:`~datacheck._unit.UnitResult` objects.
+
+Faults: a task whose worker dies is redone elsewhere by the scheduler; a unit on which workers
+died more than ``allowed-failures`` times (a poison file that crashes the reader process) comes
+back as :class:`~distributed.KilledWorker` and is recorded as a ``corrupt`` finding for that
+file, and the scan carries on.  Exceptions raised inside a task are retried ``retries`` times
+(they are datacheck bugs or infrastructure errors, since reader errors are already findings).
+
+This module imports dask; it is imported only when the ``distributed`` executor is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import dask
+from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
+
+from datacheck import findings as fnd
+from datacheck._unit import UnitResult
+from datacheck.checks._registry import Severity
+from datacheck.formats import WorkUnit
+
+__all__ = ["killed_result", "run_distributed"]
+
+ALLOWED_FAILURES = 3
+"""Worker deaths a unit may cause before it is declared poison (our local clusters only)."""
+
+
+def killed_result(unit: WorkUnit, exc: BaseException) -> UnitResult:
+    """The result of a unit that killed every worker that read it: one ``corrupt`` finding."""
+    deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
+    msg = f"KilledWorker: the reader crashed {deaths} worker processes on this file (poison file)"
+    res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
+    res.bytes = unit.size // max(unit.n_parts, 1)
+    res.corrupt = msg
+    res.counts = {"corrupt": 1}
+    res.sites = {"corrupt": {Severity.ERROR.value: 1}}
+    res.table = fnd.findings_table([fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=msg)])
+    res.findings_rows = 1
+    return res
+
+
+def _local_cluster(workers: int, allowed_failures: int) -> LocalCluster:
+    settings = {
+        "distributed.scheduler.allowed-failures": allowed_failures,
+        # One task in flight per single-threaded worker: a poison file then never takes an
+        # innocent unit queued on the same worker down with it.
+        "distributed.scheduler.worker-saturation": 1.0,
+    }
+    with dask.config.set(settings):
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        )
+
+
+@contextlib.contextmanager
+def _connect(
+    client: Client | None, scheduler: str | None, workers: int, allowed_failures: int
+) -> Iterator[Client]:
+    """The client to use; whatever this opens (client, local cluster) it also closes."""
+    if client is not None:
+        yield client
+        return
+    cluster = None if scheduler else _local_cluster(workers, allowed_failures)
+    try:
+        with Client(scheduler or cluster, set_as_default=False) as own:
+            yield own
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _announce(client: Client, echo: Callable[[str], None]) -> None:
+    """Print the dashboard link when the scheduler serves one."""
+    services = client.scheduler_info().get("services", {})
+    if "dashboard" in services:
+        echo(f"datacheck: dask dashboard: {client.dashboard_link}")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_distributed(
+    fn: Callable[[WorkUnit], Any],
+    units: Sequence[WorkUnit],
+    workers: int,
+    *,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    retries: int = 1,
+    allowed_failures: int = ALLOWED_FAILURES,
+    echo: Callable[[str], None] = _stderr,
+) -> Iterator[Any]:
+    """Run ``fn`` over ``units`` on a dask cluster, yielding results as tasks finish.
+
+    Args:
+        fn: the picklable unit function (workers must be able to import datacheck).
+        units: the work units; only these small objects travel to the workers.
+        workers: worker processes of the local cluster started when no cluster is given.
+        client: an existing :class:`distributed.Client` (left open).
+        scheduler: address of a running scheduler, e.g. ``tcp://10.0.0.5:8786``.
+        retries: re-runs of a task that raised (worker deaths are handled by the scheduler).
+        allowed_failures: worker deaths before a unit is poison, for the local cluster only;
+            a running scheduler uses its own ``distributed.scheduler.allowed-failures``.
+        echo: where the dashboard link goes (stderr by default).
+
+    Raises:
+        Exception: whatever a task raised after its retries (a bug, not bad data).
+    """
+    if client is not None and scheduler is not None:
+        raise ValueError("pass either client= or scheduler=, not both")
+    return _results(fn, list(units), workers, client, scheduler, retries, allowed_failures, echo)
+
+
+def _results(
+    fn: Callable[[WorkUnit], Any],
+    units: list[WorkUnit],
+    workers: int,
+    client: Client | None,
+    scheduler: str | None,
+    retries: int,
+    allowed_failures: int,
+    echo: Callable[[str], None],
+) -> Iterator[Any]:
+    if not units:
+        return
+    with _connect(client, scheduler, workers, allowed_failures) as c:
+        _announce(c, echo)
+        token = uuid.uuid4().hex[:8]
+        futures: list[Future] = [
+            c.submit(fn, u, key=f"datacheck-unit-{token}-{i}", retries=retries, pure=False)
+            for i, u in enumerate(units)
+        ]
+        unit_of = {f.key: u for f, u in zip(futures, units, strict=True)}
+        try:
+            for fut in as_completed(futures, loop=c.loop):
+                yield _outcome(fut, unit_of[fut.key])
+                fut.release()
+        finally:
+            c.cancel([f for f in futures if not f.done()])
+
+
+def _outcome(fut: Future, unit: WorkUnit) -> Any:
+    try:
+        return fut.result()
+    except KilledWorker as exc:
+        return killed_result(unit, exc)

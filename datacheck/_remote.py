@@ -1,0 +1,166 @@
+"""Remote storage through fsspec: ``s3://``, ``gs://``, ``memory://``, ... .
+
+Discovery lists and globs object stores here, and readers open remote paths through
+:func:`source` (random access, for Parquet / Arrow footers) or :func:`stream` (sequential,
+with decompression by extension, for CSV / JSON Lines).  Local paths never come through
+fsspec: :func:`source` hands them back unchanged so pyarrow keeps its native, memory-mapped
+path.  Credentials come from the user's usual mechanism (environment, ``~/.aws``,
+``AWS_ENDPOINT_URL``, gcloud's application default credentials); datacheck passes none.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import posixpath
+from typing import TYPE_CHECKING, Any
+
+from datacheck.errors import InputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["expand", "is_url", "read_head", "source", "stat", "stream"]
+
+_MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "modified", "created")
+_ETAG_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id")
+
+
+def is_url(path: str) -> bool:
+    """True for ``protocol://...`` paths (anything fsspec opens), False for local paths."""
+    proto, sep, _ = str(path).partition("://")
+    return bool(sep) and proto.replace("+", "").replace("-", "").isalnum() and len(proto) > 1
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise InputError(
+            f"input {url!r}: cannot open this storage ({exc}); install its fsspec driver "
+            "(s3fs for s3://, gcsfs for gs://)"
+        ) from exc
+
+
+def _name(fs: Any, path: str) -> str:
+    return fs.unstrip_protocol(path)
+
+
+def _skip_dir(name: str) -> bool:
+    return name.startswith((".", "_")) and "=" not in name
+
+
+def _skip_file(name: str) -> bool:
+    from datacheck._discover import _SKIP_NAMES
+
+    return name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc")
+
+
+def _is_data(fs: Any, path: str) -> bool:
+    from datacheck.formats import detect
+
+    if detect(path, b"") is not None:  # by extension: no request
+        return True
+    return detect(path, _fs_head(fs, path)) is not None
+
+
+def _walk(fs: Any, root: str) -> tuple[list[str], list[str]]:
+    """Data objects under a prefix, and the objects skipped as not data."""
+    files, ignored = [], []
+    for path in sorted(fs.find(root, withdirs=False)):
+        rel = posixpath.relpath(path, root)
+        parts = rel.split("/")
+        if any(_skip_dir(d) for d in parts[:-1]):
+            continue
+        if _skip_file(parts[-1]) or not _is_data(fs, path):
+            ignored.append(_name(fs, path))
+        else:
+            files.append(_name(fs, path))
+    return files, ignored
+
+
+def expand(url: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """Expand one URL (an object, a prefix or a glob) into ``(url, root)`` pairs + ignored.
+
+    Raises:
+        InputError: the URL matches nothing, or the storage cannot be reached.
+    """
+    fs, path = _fs(url)
+    fs.invalidate_cache()  # a resumed scan must see the objects as they are now
+    try:
+        matches = sorted(fs.glob(path)) if any(c in path for c in "*?[") else [path]
+        found: list[tuple[str, str]] = []
+        ignored: list[str] = []
+        for match in matches:
+            if fs.isdir(match):
+                files, skipped = _walk(fs, match)
+                found += [(f, _name(fs, match)) for f in files]
+                ignored += skipped
+            elif fs.isfile(match):
+                found.append((_name(fs, match), _name(fs, posixpath.dirname(match))))
+    except (OSError, PermissionError) as exc:
+        raise InputError(
+            f"input {url!r}: cannot list ({exc}); check the URL and credentials"
+        ) from exc
+    if not found and not ignored:
+        raise InputError(f"input {url!r}: no such object or prefix; check the URL")
+    return found, ignored
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        value = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return value.timestamp()
+    return 0.0
+
+
+def stat(url: str) -> tuple[int, float, str]:
+    """``(size, mtime, etag)`` of an object; the ETag (or generation, md5) may be ``""``."""
+    fs, path = _fs(url)
+    try:
+        info = fs.info(path)
+    except OSError as exc:
+        raise InputError(f"input {url!r}: cannot stat ({exc})") from exc
+    mtime = next((_timestamp(info[k]) for k in _MTIME_KEYS if info.get(k) is not None), 0.0)
+    etag = next((str(info[k]).strip('"') for k in _ETAG_KEYS if info.get(k)), "")
+    return int(info.get("size") or 0), mtime, etag
+
+
+def _fs_head(fs: Any, path: str, n: int = 16) -> bytes:
+    try:
+        with fs.open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def read_head(url: str, n: int = 16) -> bytes:
+    """The first ``n`` bytes of an object (for format sniffing); ``b""`` if unreadable."""
+    fs, path = _fs(url)
+    return _fs_head(fs, path, n)
+
+
+def source(path: str) -> Any:
+    """What pyarrow should open: the path itself when local, else a seekable fsspec file."""
+    if not is_url(path):
+        return path
+    fs, p = _fs(path)
+    return fs.open(p, "rb")
+
+
+def stream(path: str) -> pa.NativeFile:
+    """A sequential input stream, decompressed according to the extension (``.gz``, ...)."""
+    import pyarrow as pa
+
+    if not is_url(path):
+        return pa.input_stream(path, compression="detect")
+    import fsspec
+
+    fh = fsspec.open(path, "rb", compression="infer").open()
+    return pa.PythonFile(fh, mode="r")

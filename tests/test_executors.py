@@ -1,0 +1,100 @@
+"""The executor contract: every executor gives the same report and manifest, unit by unit.
+
+Each executor (``inprocess``, ``processes``, ``distributed`` on a real local dask cluster)
+runs the same cases; the in-process run is the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _clusterkit import comparable, manifest
+
+import datacheck
+from datacheck._demo import PLANTED
+from datacheck._discover import discover, plan_units
+from datacheck._execute import run_units
+from datacheck._scan import _run_unit
+
+EXECUTORS = ("inprocess", "processes", "distributed")
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[object]:
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(params=EXECUTORS)
+def run_opts(request: pytest.FixtureRequest) -> dict[str, object]:
+    """Scan keyword arguments selecting one executor (distributed: a shared local cluster)."""
+    if request.param == "distributed":
+        return {"client": request.getfixturevalue("dask_client")}
+    return {"executor": request.param, "workers": 2}
+
+
+@pytest.fixture(scope="module")
+def reference(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ref")
+    datacheck.scan(demo_dir, demo_dir / "schema.yaml", out=out, executor="inprocess")
+    return out
+
+
+def test_demo_report_and_manifest_equal_the_in_process_run(
+    demo_dir: Path, reference: Path, run_opts: dict[str, object], tmp_path: Path
+) -> None:
+    report = datacheck.scan(demo_dir, demo_dir / "schema.yaml", out=tmp_path, **run_opts)
+    assert comparable(tmp_path) == comparable(reference)
+    assert manifest(tmp_path) == manifest(reference)
+    assert not (tmp_path / "parts").exists() and not (tmp_path / "journal.jsonl").exists()
+    found = {
+        (str(Path(p).relative_to(demo_dir)), c)
+        for p, c in zip(report.findings["path"], report.findings["check"], strict=True)
+    }
+    assert {(p, c) for p, _, _, c in PLANTED} <= found
+
+
+def test_every_unit_yields_exactly_one_result(
+    demo_dir: Path, run_opts: dict[str, object], tmp_path: Path
+) -> None:
+    units = plan_units(discover([str(demo_dir)])[0])
+    fn = partial(_run_unit, schema=None, parts_dir=str(tmp_path))
+    opts = dict(run_opts)
+    executor = str(opts.pop("executor", "distributed"))
+    workers = int(opts.pop("workers", 2))  # type: ignore[call-overload]
+    keys = [r.key for r in run_units(fn, units, executor, workers, **opts)]
+    assert sorted(keys) == sorted(u.key for u in units)
+    assert list(run_units(fn, [], executor, workers, **opts)) == []
+
+
+def test_row_group_units_of_a_large_file_match(run_opts: dict[str, object], tmp_path: Path) -> None:
+    rows = 400_000
+    x = np.random.default_rng(1).standard_normal(rows)
+    x[[5, 250_001, 399_999]] = np.nan
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(
+        pa.table({"x": x, "y": np.arange(rows)}),
+        data / "big.parquet",
+        row_group_size=50_000,
+        compression="none",
+    )
+    ref = datacheck.scan(data, out=tmp_path / "ref", unit_bytes=1 << 20, executor="inprocess")
+    got = datacheck.scan(data, out=tmp_path / "got", unit_bytes=1 << 20, **run_opts)
+    assert comparable(tmp_path / "got") == comparable(tmp_path / "ref")
+    assert manifest(tmp_path / "got") == manifest(tmp_path / "ref")
+    assert got.summary["rows"] == rows and ref.summary["rows"] == rows
+    assert sorted(got.findings["row"].tolist()) == [5, 250_001, 399_999]
