@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from datacheck.errors import DatacheckError, UsageError
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ()
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("datacheck._logs", "datacheck._report_cli")
 """Modules exposing ``add_parser(subparsers)`` for extra subcommands (e.g. ``logs``)."""
 
 
@@ -57,6 +57,7 @@ def _add_scan(sub: Any) -> None:
                    help="split files larger than this into row-group ranges (default: %(default)s)")
     p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format",
                    help="summary on stdout as a table or as JSON (default: %(default)s)")
+    p.add_argument("--html", action="store_true", help="also write report.html into --out")
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="show a progress bar (default: when stderr is a terminal)")
@@ -116,6 +117,8 @@ def _run_scan(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.bar.close()
+    if args.html:
+        report.write_html()
     if args.output_format == "json":
         print(json.dumps({"report": str(report.dir), **report.summary}, indent=1))
     else:

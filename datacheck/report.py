@@ -145,6 +145,49 @@ class Report:
         mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
         return table.to_pandas(types_mapper=mapping.get)
 
+    # -- exploration (datacheck._explore, datacheck._plots, datacheck._html) -----------------
+
+    def flagged_rows(self, path: str | os.PathLike[str], context: int = 0) -> pd.DataFrame:
+        """The flagged rows of one file (plus ``context`` neighbours), indexed by row number.
+
+        ``path`` is the path as the report has it, or a unique suffix such as the file name.
+        Only the Parquet row groups holding those rows are read.  See
+        :func:`datacheck._explore.flagged_rows`.
+        """
+        from datacheck._explore import flagged_rows
+
+        return flagged_rows(self, path, context)
+
+    def exclusion_list(self, order: Any = None) -> pd.DataFrame:
+        """The (path, row, dataset index) triples a loader should skip."""
+        from datacheck._explore import exclusion_list
+
+        return exclusion_list(self, order)
+
+    def clean_copy(self, dest: str | os.PathLike[str], *, overwrite: bool = False) -> pd.DataFrame:
+        """Write the scanned files into ``dest`` without their flagged rows (same format)."""
+        from datacheck._explore import clean_copy
+
+        return clean_copy(self, dest, overwrite=overwrite)
+
+    @property
+    def plot(self) -> Any:
+        """Plots (matplotlib Figures): ``by_shard()``, ``column(name)``, ``timeline(log)``."""
+        from datacheck._plots import ReportPlots
+
+        return ReportPlots(self)
+
+    def write_html(self, dest: str | os.PathLike[str] | None = None) -> Path:
+        """Write a self-contained ``report.html`` (default: into the report folder)."""
+        from datacheck._html import write_html
+
+        return write_html(self, dest)
+
+    def _repr_html_(self) -> str:
+        from datacheck._html import summary_html
+
+        return summary_html(self)
+
     def __repr__(self) -> str:
         s = self.summary
         return (f"<Report {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "

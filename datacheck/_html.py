@@ -1,0 +1,195 @@
+"""HTML views of a scan report: the Jupyter summary and a self-contained ``report.html``.
+
+``report.html`` needs nothing but the file: CSS is inline, plots are base64 PNG images, and
+there is no script and no network asset, so it opens from a CI artifact store or an e-mail.
+Every number cell carries its raw value in ``data-value`` so tools (and our tests) can compare
+the page with ``report.json``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from datacheck.report import Report
+
+__all__ = ["render_html", "summary_html", "write_html"]
+
+MAX_FILE_ROWS = 5000
+"""Files listed in ``report.html`` (flagged and corrupt first); the rest are in report.json."""
+NOTEBOOK_FILE_ROWS = 20
+"""Files listed in the Jupyter summary."""
+MAX_COLUMN_PLOTS = 4
+
+_CSS = """
+.dc { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 14px; color: #222; }
+.dc h1 { font-size: 20px; margin: 0 0 4px; } .dc h2 { font-size: 16px; margin: 18px 0 6px; }
+.dc table { border-collapse: collapse; margin: 4px 0 8px; }
+.dc th, .dc td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+.dc th { background: #f4f4f4; } .dc td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.dc .verdict { display: inline-block; padding: 2px 8px; border-radius: 4px; color: #fff; font-weight: 600; }
+.dc .pass { background: #2e7d32; } .dc .fail { background: #c62828; }
+.dc tr.flagged td.status { color: #c62828; font-weight: 600; }
+.dc tr.corrupt td.status { color: #fff; background: #7f0000; font-weight: 600; }
+.dc .muted { color: #777; } .dc img { max-width: 100%; border: 1px solid #eee; margin: 4px 0; }
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _num(value: int | float, field: str) -> str:
+    text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}"
+    return f'<td class="num" data-field="{field}" data-value="{value}">{text}</td>'
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)  # pragma: no cover
+
+
+def _verdict(report: Report) -> str:
+    code = report.exit_code()
+    fail_on = report.settings.get("fail_on", "error")
+    if code == 0:
+        return '<span class="verdict pass" id="verdict" data-value="0">PASS</span>'
+    return (f'<span class="verdict fail" id="verdict" data-value="{code}">FAIL</span> '
+            f'<span class="muted">findings at or above {_esc(fail_on)}</span>')  # fmt: skip
+
+
+def _summary_table(report: Report) -> str:
+    s = report.summary
+    cells = [("files", s["files"]), ("rows", s["rows"]), ("bytes", s["bytes"])]
+    cells += [(k, s["status"][k]) for k in ("ok", "flagged", "corrupt")]
+    head = "".join(f"<th>{k}</th>" for k, _ in cells) + "<th>size</th>"
+    body = "".join(_num(v, k) for k, v in cells) + f"<td>{_size(s['bytes'])}</td>"
+    return f'<table id="summary"><tr>{head}</tr><tr>{body}</tr></table>'
+
+
+def _checks_table(report: Report) -> str:
+    s = report.summary
+    if not s["sites"]:
+        return '<p id="checks" class="muted">No findings.</p>'
+    rows = []
+    for check, by_sev in s["sites"].items():
+        rows.append(f'<tr data-check="{_esc(check)}"><td>{_esc(check)}</td>'
+                    f"{_num(by_sev.get('error', 0), 'errors')}{_num(by_sev.get('warning', 0), 'warnings')}"
+                    f"{_num(s['values'].get(check, 0), 'values')}</tr>")  # fmt: skip
+    head = "<tr><th>check</th><th>errors</th><th>warnings</th><th>bad values</th></tr>"
+    return f'<table id="checks">{head}{"".join(rows)}</table>'
+
+
+def _ordered_files(report: Report) -> list[dict[str, Any]]:
+    rank = {"corrupt": 0, "flagged": 1, "ok": 2}
+    return sorted(report.data["files"], key=lambda f: (rank.get(f["status"], 3), f["path"]))
+
+
+def _files_table(report: Report, limit: int) -> str:
+    files = _ordered_files(report)
+    checks = sorted({c for f in files for c in f["counts"]})
+    head = "".join(
+        f"<th>{h}</th>" for h in ["path", "format", "status", "rows", "bytes", *checks, "error"]
+    )
+    rows = []
+    for f in files[:limit]:
+        counts = "".join(_num(int(f["counts"].get(c, 0)), f"n_{c}") for c in checks)
+        rows.append(f'<tr class="{_esc(f["status"])}" data-path="{_esc(f["path"])}">'
+                    f"<td>{_esc(f['path'])}</td><td>{_esc(f['format'])}</td>"
+                    f'<td class="status">{_esc(f["status"])}</td>{_num(int(f["rows"]), "rows")}'
+                    f"{_num(int(f['bytes']), 'bytes')}{counts}<td>{_esc(f.get('error') or '')}</td></tr>")  # fmt: skip
+    more = len(files) - limit
+    note = (
+        f'<p class="muted">{more:,} more files (clean ones last) are in report.json.</p>'
+        if more > 0
+        else ""
+    )
+    return f'<table id="files"><tr>{head}</tr>{"".join(rows)}</table>{note}'
+
+
+def summary_html(report: Report) -> str:
+    """The Jupyter view (``Report._repr_html_``): verdict, counts, checks, worst files."""
+    return (f'<div class="dc"><style>{_CSS}</style>'
+            f"<p><b>datacheck report</b> <code>{_esc(report.dir)}</code> {_verdict(report)}</p>"
+            f"{_summary_table(report)}{_checks_table(report)}"
+            f"{_files_table(report, NOTEBOOK_FILE_ROWS)}</div>")  # fmt: skip
+
+
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _worst_columns(report: Report, limit: int) -> list[str]:
+    """Numeric columns with the most findings (from the manifest)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if not report.manifest_path.exists():
+        return []
+    table = pq.read_table(report.manifest_path, columns=["column", "row"])
+    table = table.filter(pc.and_(pc.is_valid(table["column"]), pc.is_valid(table["row"])))
+    counts = table.group_by("column").aggregate([("row", "count")]).to_pylist()
+    counts.sort(key=lambda r: (-r["row_count"], r["column"]))
+    return [r["column"] for r in counts[:limit]]
+
+
+def _plots_section(report: Report) -> str:
+    from datacheck.errors import DatacheckError
+
+    figures = [("findings per shard and check", report.plot.by_shard)]
+    for col in _worst_columns(report, MAX_COLUMN_PLOTS):
+        figures.append((f"distribution of {col}", lambda c=col: report.plot.column(c)))
+    parts = []
+    for title, make in figures:
+        try:
+            fig = make()
+        except DatacheckError as exc:  # e.g. a non-numeric column: say so, keep the page
+            parts.append(f'<p class="muted">{_esc(title)}: {_esc(exc)}</p>')
+            continue
+        parts.append(f'<figure><img class="plot" alt="{_esc(title)}" '
+                     f'src="data:image/png;base64,{_png(fig)}"></figure>')  # fmt: skip
+    return "".join(parts)
+
+
+def render_html(report: Report, *, plots: bool = True) -> str:
+    """The whole ``report.html`` page as a string (no external assets)."""
+    s = report.summary
+    tool = report.data.get("tool", "datacheck")
+    inputs = ", ".join(map(str, report.settings.get("inputs", [])))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>datacheck report: {_esc(report.dir.name)}</title><style>{_CSS} body {{ margin: 16px; }}</style></head>
+<body class="dc">
+<h1>datacheck report {_verdict(report)}</h1>
+<p class="muted">{_esc(tool)} &middot; inputs: {_esc(inputs)} &middot; schema: {_esc(report.settings.get("schema") or "none")}
+&middot; {s.get("seconds", 0):.2f} s</p>
+<h2>Summary</h2>{_summary_table(report)}
+<h2>Findings by check</h2>{_checks_table(report)}
+{"<h2>Plots</h2>" + _plots_section(report) if plots else ""}
+<h2>Files</h2>{_files_table(report, MAX_FILE_ROWS)}
+</body></html>
+"""
+
+
+def write_html(report: Report, dest: str | os.PathLike[str] | None = None) -> Path:
+    """Write ``report.html`` (default: into the report folder); returns its path."""
+    path = Path(dest) if dest is not None else report.dir / "report.html"
+    if path.is_dir():
+        path = path / "report.html"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_html(report), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,31 @@
+"""``datacheck report DIR``: show a finished scan's summary again, or write its HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``report`` subcommand."""
+    p = sub.add_parser("report", help="summarise a scan's output folder, or write report.html",
+                       description="Print the summary of a finished scan (its --out folder); "
+                                   "with --html, also write a self-contained report.html.")  # fmt: skip
+    p.add_argument("dir", help="the scan's --out folder (holds report.json)")
+    p.add_argument("--html", action="store_true", help="write report.html (no network assets)")
+    p.add_argument("--html-out", metavar="PATH",
+                   help="where to write the page (default: DIR/report.html); implies --html")  # fmt: skip
+    p.set_defaults(func=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from datacheck._summary import render_text
+    from datacheck.report import load_report
+
+    report = load_report(args.dir)
+    print(render_text(report))
+    if args.html or args.html_out:
+        print(f"html:       {report.write_html(args.html_out)}")
+    return 0
