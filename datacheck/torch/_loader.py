@@ -151,7 +151,7 @@ class _RecordedBatches:
 
     def _walk(self, fifo: deque[list[int] | None]) -> Iterator[list[int]]:
         for batch in self.source:
-            ids = [_as_index(i) for i in batch]
+            ids = _as_indices(batch)
             if self.within and self.exclude:
                 kept = [i for i in ids if i not in self.exclude]
                 self.stats.excluded += len(ids) - len(kept)
@@ -164,12 +164,12 @@ class _RecordedBatches:
         return len(self.source)  # type: ignore[arg-type]
 
 
-def _as_index(i: Any) -> int:
+def _as_indices(batch: Iterable[Any]) -> list[int]:
     try:
-        return int(i)
+        return list(map(int, batch))
     except (TypeError, ValueError):
         raise UsageError(
-            f"GuardedLoader needs integer dataset indices; the sampler gave {i!r}"
+            f"GuardedLoader needs integer dataset indices; the sampler gave {list(batch)[:5]!r}"
         ) from None
 
 
@@ -401,6 +401,9 @@ class _EpochRun:
         n = len(job.indices)
         stats.batches += 1
         stats.checked += n
+        if not findings and not self.coordinate:
+            stats.yielded += n  # the common case, kept lean
+            return job.batch
         bad = self.guard._record(job, findings, self.rank) if findings else []
         stats.bad += len(bad)
         if bad and self.cfg.on_bad == "raise":
