@@ -378,3 +378,33 @@ def test_checks_on_the_gpu(tmp_path, deferred):
         seen.extend(batch["label"].tolist())
     assert sorted(seen) == GOOD
     assert set(read_quarantine(tmp_path)["index"]) == set(BAD)
+
+
+class Bare(Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([float(i), float("nan") if i == 7 else 0.0])
+
+
+def test_a_bare_tensor_batch_is_keyed_batch(tmp_path):
+    loader = GuardedLoader(DataLoader(Bare(), batch_size=5), quarantine=tmp_path)
+    assert [b[:, 0].tolist() for b in loader] == [[0, 1, 2, 3, 4], [5, 6, 8, 9], [10, 11]]
+    assert read_quarantine(tmp_path)[["index", "key"]].values.tolist() == [[7, "batch"]]
+
+
+@pytest.mark.slow
+def test_persistent_workers_keep_indices_matched_across_epochs(tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    dl = DataLoader(
+        Planted(calls=calls), batch_size=8, shuffle=True, num_workers=2, persistent_workers=True
+    )
+    loader = GuardedLoader(dl, quarantine=tmp_path / "q")
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert sorted(run_epoch(loader)) == GOOD
+    loaded = calls_in(calls)
+    assert all(loaded[i] == 1 for i in BAD) and all(loaded[i] == 3 for i in GOOD)
+    assert loader.stats.excluded == 2 * len(BAD)
