@@ -1,0 +1,243 @@
+"""dask.distributed at work: a real scheduler and workers on loopback, killed workers,
+a poison file, the ``--scheduler`` / ``--workers`` CLI paths and Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _clusterkit import DaskCluster, comparable, manifest
+
+import datacheck
+from datacheck._resume import JOURNAL
+from datacheck.errors import UsageError
+
+pytestmark = pytest.mark.slow
+
+SHARDS = 24
+ROWS = 250_000
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shards big enough that a scan is still running when a worker is killed."""
+    root = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(3)
+    for i in range(SHARDS):
+        cols = {f"f{j}": rng.standard_normal(ROWS) for j in range(3)}
+        cols["f0"][[i, 1000 + i]] = np.nan
+        cols["f1"][i * 7] = np.inf
+        pq.write_table(pa.table(cols), root / f"shard-{i:03d}.parquet", compression="none")
+    return root
+
+
+@pytest.fixture(scope="module")
+def clean(shards: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("clean")
+    datacheck.scan(shards, out=out, executor="inprocess")
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DaskCluster]:
+    with DaskCluster(workers=2, allowed_failures=1) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster: DaskCluster) -> Iterator[object]:
+    from distributed import Client
+
+    cluster.wait_for_workers()  # an earlier test may have killed some: nannies restart them
+    with Client(cluster.address, set_as_default=False) as c:
+        yield c
+
+
+def test_a_worker_killed_mid_scan_changes_nothing(
+    shards: Path, clean: Path, client, tmp_path: Path
+) -> None:
+    pids = client.run(os.getpid)
+    killed: list[str] = []
+
+    def progress(result: object, done: int, total: int) -> None:
+        if killed or done < 3:
+            return
+        busy = [w for w, keys in client.processing().items() if keys and w in pids]
+        if busy:  # a task in flight there is lost with the process and must be redone
+            os.kill(pids[busy[0]], signal.SIGKILL)
+            killed.append(busy[0])
+
+    datacheck.scan(shards, out=tmp_path, client=client, progress=progress)
+    assert killed, "no worker was busy to kill: the scan was too short"
+    assert (
+        not psutil.pid_exists(pids[killed[0]])
+        or psutil.Process(pids[killed[0]]).status() == "zombie"
+    )
+    assert comparable(tmp_path) == comparable(clean)
+    assert manifest(tmp_path) == manifest(clean)
+
+
+def test_a_poison_file_ends_as_corrupt_and_the_scan_finishes(
+    shards: Path, cluster: DaskCluster, client, tmp_path: Path
+) -> None:
+    import _poison_format  # noqa: F401 - discovery must recognise *.poison here too
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("shard-000.parquet", "shard-001.parquet"):
+        os.symlink(shards / name, data / name)
+    (data / "bad.poison").write_bytes(b"boom")
+    before = client.run(os.getpid)
+    report = datacheck.scan(data, out=tmp_path / "out", client=client)
+    files = report.files.set_index("path")
+    bad = str(data / "bad.poison")
+    assert files.loc[bad, "status"] == "corrupt"
+    assert (
+        "KilledWorker" in files.loc[bad, "error"]
+        and "2 worker processes" in files.loc[bad, "error"]
+    )
+    assert (files.drop(index=bad)["status"] == "flagged").all()
+    corrupt = report.findings[report.findings["check"] == "corrupt"]
+    assert corrupt["path"].tolist() == [bad]
+    cluster.wait_for_workers()
+    assert set(client.run(os.getpid).values()) != set(before.values())  # workers did die
+
+
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "datacheck", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        **kw,
+    )
+
+
+def test_cli_scheduler_address(
+    shards: Path, clean: Path, cluster: DaskCluster, tmp_path: Path
+) -> None:
+    cluster.wait_for_workers()
+    proc = _cli(
+        "scan", str(shards), "--scheduler", cluster.address, "--out", str(tmp_path), "--no-progress"
+    )
+    assert proc.returncode == 1, proc.stderr  # the shards hold NaN/Inf
+    report = datacheck.load_report(tmp_path)
+    assert report.settings["executor"] == "distributed"
+    assert comparable(tmp_path) == comparable(clean)
+    assert manifest(tmp_path) == manifest(clean)
+
+
+def test_cli_workers_starts_and_tears_down_a_local_cluster(
+    shards: Path, clean: Path, tmp_path: Path
+) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "datacheck",
+            "scan",
+            str(shards),
+            "--executor",
+            "distributed",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children = _children_while_running(proc)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, err
+    assert "dask dashboard: http://" in err
+    assert len(children) >= 2  # the local workers existed ...
+    assert _all_gone(children)  # ... and are gone with the scan
+    assert comparable(tmp_path) == comparable(clean)
+    assert manifest(tmp_path) == manifest(clean)
+
+
+def _children_while_running(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    deadline = time.monotonic() + 120
+    seen: dict[int, psutil.Process] = {}
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            for c in psutil.Process(proc.pid).children(recursive=True):
+                seen.setdefault(c.pid, c)
+        except psutil.NoSuchProcess:
+            break
+        if len(seen) >= 2:
+            break
+        time.sleep(0.1)
+    return list(seen.values())
+
+
+def _all_gone(procs: list[psutil.Process], timeout: float = 30) -> bool:
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
+    shards: Path, clean: Path, tmp_path: Path
+) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "datacheck",
+        "scan",
+        str(shards),
+        "--executor",
+        "distributed",
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    journal = tmp_path / JOURNAL
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 4:  # header + 3 units
+            break
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert _all_gone(children), "local workers outlived the interrupted scan"
+    assert not (tmp_path / "report.json").exists()
+    done = len(journal.read_text().splitlines()) - 1
+    assert 3 <= done < SHARDS
+    resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 1, resumed.stderr
+    assert comparable(tmp_path) == comparable(clean)
+    assert manifest(tmp_path) == manifest(clean)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"scheduler": "tcp://127.0.0.1:1", "executor": "processes"},
+        {"scheduler": "tcp://127.0.0.1:1", "client": object()},
+        {"scheduler": "  "},
+    ],
+)
+def test_cluster_settings_are_validated(kwargs: dict, tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        datacheck.scan(tmp_path, out=tmp_path / "o", **kwargs)
