@@ -247,13 +247,17 @@ def _flagged_values(report: Report, name: str) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
-def _histogram(ax: Axes, finite: np.ndarray, marks: np.ndarray, bins: int, integer: bool) -> bool:
-    """Histogram on a linear axis, or a symlog one when a few values dwarf the bulk."""
+def _histogram(
+    ax: Axes, finite: np.ndarray, marks: np.ndarray, limits: list[float], bins: int, integer: bool
+) -> bool:
+    """Histogram on a linear axis, or a symlog one when a few values or the thresholds
+    dwarf the bulk of the data (which would otherwise shrink to one bar)."""
     from matplotlib.scale import SymmetricalLogTransform
 
     span = np.concatenate([finite, marks]) if len(marks) else finite
     bulk = float(np.percentile(np.abs(finite), 99)) if len(finite) else 1.0
-    wide = len(span) and float(np.abs(span).max()) > 1e3 * max(bulk, 1e-12)
+    reach = np.abs(np.concatenate([span, np.asarray(limits, dtype=float)]))
+    wide = len(span) and float(reach.max()) > 20 * max(bulk, 1e-12)
     if not wide:
         lo, hi = (float(span.min()), float(span.max())) if len(span) else (0.0, 1.0)
         if integer and hi - lo <= 200:  # one bar per integer value
@@ -271,6 +275,7 @@ def _histogram(ax: Axes, finite: np.ndarray, marks: np.ndarray, bins: int, integ
     tr = SymmetricalLogTransform(10, linthresh, 1.0)
     lo, hi = tr.transform(np.array([[span.min()], [span.max()]])).ravel()
     edges = tr.inverted().transform(np.linspace(lo, hi, bins + 1).reshape(-1, 1)).ravel()
+    edges[0], edges[-1] = span.min(), span.max()  # the round trip must not drop the extremes
     ax.hist(finite, bins=edges, color="#4c72b0", label="values")
     ax.set_xscale("symlog", linthresh=linthresh)
     return True
@@ -286,9 +291,10 @@ def _column(report: Report, name: str, bins: int, max_values: int) -> Figure:
     fig = _new_figure(9, 4.5)
     ax = fig.add_subplot()
     integer = values.arrow_type is not None and pa.types.is_integer(values.arrow_type)
-    symlog = _histogram(ax, finite, marks, bins, integer)
+    thresholds = _thresholds(report, name, values.arrow_type)
+    symlog = _histogram(ax, finite, marks, [x for x, _ in thresholds], bins, integer)
     ax.set_yscale("log")
-    for x, label in _thresholds(report, name, values.arrow_type):
+    for x, label in thresholds:
         ax.axvline(x, color="#ff7f0e", ls="--", lw=1.2, label=label or None)
     if len(marks):
         ax.plot(marks, np.full(len(marks), 0.04), "^", color="#d62728", ms=9, clip_on=False,
