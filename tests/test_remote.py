@@ -1,0 +1,177 @@
+"""Remote storage: ``s3://`` against a real S3-compatible server (moto's server mode on
+loopback, started here as a subprocess; no mock of the client) and ``memory://``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _clusterkit import comparable, free_port, manifest
+
+import datacheck
+from datacheck._discover import discover, plan_units
+from datacheck.errors import InputError
+
+BUCKET = "dc-test"
+MOTO = str(Path(sys.executable).with_name("moto_server"))
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    """A local S3 endpoint; AWS_* variables point every client (and spawned worker) at it."""
+    pytest.importorskip("s3fs")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [MOTO, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        _wait_for(endpoint)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _wait_for(endpoint: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(endpoint, timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def s3_demo(s3_server: str, demo_dir: Path) -> str:
+    """The demo dataset uploaded under s3://dc-test/demo/ (plus a non-data object)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    fs.mkdir(BUCKET)
+    fs.put(str(demo_dir) + "/", f"{BUCKET}/demo/", recursive=True)
+    fs.pipe(f"{BUCKET}/demo/_SUCCESS", b"")
+    fs.invalidate_cache()
+    return f"s3://{BUCKET}/demo"
+
+
+def test_s3_prefix_scan_equals_the_local_scan(s3_demo: str, demo_dir: Path, tmp_path: Path) -> None:
+    local = tmp_path / "local"
+    datacheck.scan(demo_dir, demo_dir / "schema.yaml", out=local, executor="inprocess")
+    report = datacheck.scan(
+        s3_demo, demo_dir / "schema.yaml", out=tmp_path / "s3", executor="inprocess"
+    )
+    assert report.summary["files"] == 5 and report.summary["rows"] == 4000
+    got = comparable(tmp_path / "s3", strip=s3_demo)
+    want = comparable(local, strip=str(demo_dir))
+    assert got["files"] == want["files"]
+    assert got["summary"] == want["summary"]
+    assert f"{s3_demo}/_SUCCESS" in report.data["ignored"]
+    assert manifest(tmp_path / "s3", strip=s3_demo) == manifest(local, strip=str(demo_dir))
+
+
+def test_s3_glob_and_single_object(s3_demo: str) -> None:
+    files, _ = discover([f"{s3_demo}/train/*.parquet"])
+    assert [Path(f).name for f, _ in files] == [f"shard-00{i}.parquet" for i in (0, 1, 2, 4)]
+    files, _ = discover([f"{s3_demo}/train/shard-003.csv"])
+    assert files == [(f"{s3_demo}/train/shard-003.csv", f"{s3_demo}/train")]
+
+
+def test_s3_missing_prefix_is_an_input_error(s3_demo: str) -> None:
+    with pytest.raises(InputError, match="no such object"):
+        discover([f"s3://{BUCKET}/nothing-here/"])
+
+
+def test_unit_key_has_size_mtime_and_etag(s3_demo: str) -> None:
+    import s3fs
+
+    url = f"{s3_demo}/train/shard-001.parquet"
+    (before,) = plan_units(discover([url])[0])
+    assert before.etag and before.size > 0 and before.mtime > 0
+    data = s3fs.S3FileSystem().cat(url)
+    changed = data[:-9] + bytes([data[-9] ^ 1]) + data[-8:]  # same size, other content
+    s3fs.S3FileSystem().pipe(url, changed)
+    try:
+        (after,) = plan_units(discover([url])[0])
+        assert after.size == before.size and after.etag != before.etag
+        assert after.key != before.key  # --resume would scan it again
+    finally:
+        s3fs.S3FileSystem().pipe(url, data)
+
+
+def test_s3_large_object_is_split_into_row_group_units(s3_server: str, tmp_path: Path) -> None:
+    import s3fs
+
+    rows = 300_000
+    x = np.random.default_rng(5).standard_normal(rows)
+    x[[9, 299_000]] = np.nan
+    local = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"x": x}), local, row_group_size=40_000, compression="none")
+    s3fs.S3FileSystem().put(str(local), f"{BUCKET}/big/big.parquet")
+    url = f"s3://{BUCKET}/big/"
+    units = plan_units(discover([url])[0], unit_bytes=1 << 20)
+    assert len(units) > 1
+    report = datacheck.scan(url, out=tmp_path / "o", unit_bytes=1 << 20, executor="inprocess")
+    assert report.summary["rows"] == rows
+    assert sorted(report.findings["row"].tolist()) == [9, 299_000]
+
+
+@pytest.mark.slow
+def test_s3_on_a_local_dask_cluster_workers_read_the_objects(
+    s3_demo: str, demo_dir: Path, tmp_path: Path
+) -> None:
+    local = tmp_path / "local"
+    datacheck.scan(demo_dir, demo_dir / "schema.yaml", out=local, executor="inprocess")
+    datacheck.scan(
+        s3_demo, demo_dir / "schema.yaml", out=tmp_path / "s3", executor="distributed", workers=2
+    )
+    assert (
+        comparable(tmp_path / "s3", strip=s3_demo)["files"]
+        == comparable(local, strip=str(demo_dir))["files"]
+    )
+    assert manifest(tmp_path / "s3", strip=s3_demo) == manifest(local, strip=str(demo_dir))
+
+
+def test_memory_filesystem(demo_dir: Path, tmp_path: Path) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.put(str(demo_dir / "train") + "/", "/dc-demo/train/", recursive=True)
+    try:
+        report = datacheck.scan(
+            "memory://dc-demo/train", demo_dir / "schema.yaml", out=tmp_path, executor="inprocess"
+        )
+        assert report.summary["files"] == 5
+        assert report.summary["status"] == {"ok": 1, "flagged": 3, "corrupt": 1}
+        assert all(p.startswith("memory://") for p in report.files["path"])
+    finally:
+        fs.rm("/dc-demo", recursive=True)
+        shutil.rmtree(tmp_path, ignore_errors=True)
