@@ -115,8 +115,9 @@ def check_rows(key: str, leaf: Any, n: int) -> None:
         raise UsageError(
             f"GuardedLoader: batch leaf {key!r} has {size} rows but the sampler handed {n} "
             "dataset indices to this batch; a collate_fn that merges or splits samples (e.g. "
-            "sequence packing) cannot be checked per sample. Guard the loader before packing, "
-            "or make the collate_fn keep one row per sample."
+            "sequence packing), or that returns a list of variable-length per-sample tensors, "
+            "cannot be checked per sample. Pack after the guard, or pad in the collate_fn so "
+            "that every leaf keeps one row per sample."
         )
 
 

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 
 from datacheck.checks._numpy import RowMap, check_values
@@ -408,3 +410,30 @@ def test_persistent_workers_keep_indices_matched_across_epochs(tmp_path):
     loaded = calls_in(calls)
     assert all(loaded[i] == 1 for i in BAD) and all(loaded[i] == 3 for i in GOOD)
     assert loader.stats.excluded == 2 * len(BAD)
+
+
+finite = st.floats(-1e6, 1e6, width=32)
+special = st.sampled_from([float("nan"), float("inf"), -float("inf"), 65504.0, -65505.0, 7e4])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.one_of(finite, special), min_size=3, max_size=3), min_size=1, max_size=9
+    ),
+    bound=st.sampled_from([None, 1.0, 65504.0]),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+)
+def test_property_torch_findings_equal_the_numpy_oracle(rows, bound, dtype):
+    x = torch.tensor(rows, dtype=torch.float64).to(dtype)
+    rules = ColumnRules(bounds=(Bound(bound),) if bound is not None else ())
+    ours = sorted(
+        (f.pos, f.check, f.count) for f in launch_check(x, len(rows), lambda k, d: rules).result()
+    )
+    ref = x.to(torch.float64).numpy()
+    expected = sorted(
+        (r, h.check, c)
+        for h in check_values(ref.reshape(-1), None, RowMap(len(rows), stride=3), rules)
+        for r, c in zip(h.rows.tolist(), h.counts.tolist(), strict=True)
+    )
+    assert ours == expected
