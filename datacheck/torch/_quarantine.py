@@ -137,7 +137,8 @@ def indices_from_scan(
     sites = scan.loc[scan["row"].notna(), ["path", "row"]].drop_duplicates()
     sites = sites.astype({"path": "string", "row": "int64"})
     if isinstance(index_of, pd.DataFrame):
-        table = index_of[["path", "row", "index"]].astype({"path": "string", "row": "int64"})
+        table = index_of.loc[index_of["index"].notna(), ["path", "row", "index"]]
+        table = table.astype({"path": "string", "row": "int64"})
         return set(sites.merge(table, on=["path", "row"])["index"].astype("int64").tolist())
     pairs = zip(sites["path"].tolist(), sites["row"].tolist(), strict=True)
     if isinstance(index_of, Mapping):

@@ -90,6 +90,8 @@ def test_indices_from_scan_with_a_frame_a_mapping_or_a_function(scan_manifest):
     frame = pd.DataFrame({"path": ["a.parquet"] * 10, "row": range(10), "index": range(100, 110)})
     frame = pd.concat([frame, pd.DataFrame({"path": ["b.parquet"], "row": [0], "index": [7]})])
     assert indices_from_scan(scan_manifest, frame) == {104, 107, 7}
+    unmapped = pd.DataFrame({"path": ["b.parquet"], "row": [0], "index": pd.array([None], "Int64")})
+    assert indices_from_scan(scan_manifest, unmapped) == set()  # files outside the dataset
     mapping = {("a.parquet", 4): 1, ("b.parquet", 0): 2}  # row 7 unmapped: ignored
     assert indices_from_scan(scan_manifest, mapping) == {1, 2}
     offsets = {"a.parquet": 0, "b.parquet": 1000}
