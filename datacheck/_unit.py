@@ -69,6 +69,15 @@ class _Collector:
         self.counts[f.check] += f.count
         self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
 
+    def findings(self, fs: list[fnd.Finding]) -> None:
+        """Many scalar findings as one table."""
+        if not fs:
+            return
+        self.tables.append(fnd.findings_table(fs))
+        for f in fs:
+            self.counts[f.check] += f.count
+            self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
+
 
 def _column_hits(arr: pa.Array, rules: ColumnRules) -> list[Hits]:
     t = arr.type
@@ -107,7 +116,28 @@ def _pandas_hits(arr: pa.Array, column: str, rules: ColumnRules) -> list[Hits]:
     return out
 
 
+def _check_tensors(chunk: Chunk, schema: CompiledSchema | None, col: _Collector) -> None:
+    """Each key's array ``[n, ...]`` viewed as ``[n, -1]``: per-sample findings, vectorised."""
+    ts = schema.tensors if schema is not None else None
+    per_sample = getattr(chunk, "per_sample", False)  # tar shards, .pt sample lists
+    for key, tensor in (chunk.tensors or {}).items():
+        arr = np.asarray(tensor)
+        n = len(arr) if arr.ndim else 1
+        if per_sample and ts is not None and n and (msg := ts.sample_mismatch(key, arr)):
+            rows = range(chunk.row_offset, chunk.row_offset + n)
+            err = Severity.ERROR
+            col.findings([fnd.Finding(col.path, "schema", err, msg, key, r) for r in rows])
+        if arr.dtype.kind not in "iuf" or arr.size == 0:
+            continue
+        is_float = arr.dtype.kind == "f"
+        rules = ts.rules_for(key, is_float) if ts is not None else default_rules(is_float, True)
+        for h in check_values(arr.reshape(-1), None, RowMap(n, stride=arr.size // n), rules):
+            col.hits(key, h, chunk.row_offset)
+
+
 def _check_chunk(chunk: Chunk, schema: CompiledSchema | None, col: _Collector) -> None:
+    if chunk.tensors is not None:
+        _check_tensors(chunk, schema, col)
     batch = chunk.batch
     if batch is None:
         return
@@ -167,7 +197,8 @@ def scan_unit(
         opened = None
     if opened is not None:
         res.columns = dict(opened.columns)
-        if schema is not None and unit.part == 0:
+        tabular = get_format(unit.format).tabular
+        if schema is not None and unit.part == 0 and tabular:
             for f in schema_findings(unit, res.columns, schema):
                 col.finding(f)
         for chunk in _guarded(opened.chunks, errors):
@@ -175,6 +206,11 @@ def scan_unit(
             res.rows += chunk.num_rows
         if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
             errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
+        if not tabular:  # tensor readers may discover keys while reading (tar shards)
+            res.columns = dict(opened.columns)
+            if schema is not None and schema.tensors is not None and unit.part == 0 and not errors:
+                shapes = opened.extra.get("shapes")
+                col.findings(schema.tensors.file_findings(unit.path, res.columns, shapes))
     if errors:
         res.corrupt = errors[0]
         col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,8 @@ class CompiledSchema:
     strict: bool = False
     arrow_types: Mapping[str, Any] = field(default_factory=dict)
     """Arrow types to parse text formats (CSV, JSON Lines) with."""
+    tensors: Any = None
+    """The ``tensors:`` section (a ``datacheck._tensor_schema.TensorSchema``), or None."""
 
     def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
         spec = self.columns.get(name)
@@ -210,11 +212,15 @@ def _validate_yaml_checks(doc: Any, where: str) -> None:
                 raise SchemaError(f"schema {where}, column {col!r}: unknown check {name!r}{hint}")
 
 
-def _load_yaml(path: Path) -> Any:
+def _load_yaml(path: Path) -> tuple[Any, Any]:
+    """The pandera schema (None for a tensors-only file) and the ``tensors:`` section."""
     import yaml
     from pandera.api.pandas.container import DataFrameSchema
 
+    from datacheck._tensor_schema import parse_tensor_section, safe_load_yaml
+
     where = repr(str(path))
+    tensors = None
     try:
         text = path.read_text()
     except OSError as exc:
@@ -222,14 +228,19 @@ def _load_yaml(path: Path) -> Any:
             f"schema {where}: cannot read it ({exc.strerror}); check the path"
         ) from exc
     try:
-        doc = yaml.safe_load(text)
+        doc = safe_load_yaml(text)
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         at = f" line {line + 1}" if line is not None else ""
         raise SchemaError(f"schema {where}{at}: invalid YAML; fix the syntax") from exc
+    if isinstance(doc, dict) and "tensors" in doc:  # datacheck's section: pandera never sees it
+        tensors = parse_tensor_section(doc.pop("tensors"), where)
+        if "columns" not in doc:
+            return None, tensors
+        text = yaml.safe_dump(doc, sort_keys=False)
     _validate_yaml_checks(doc, where)
     try:
-        return DataFrameSchema.from_yaml(text)
+        return DataFrameSchema.from_yaml(text), tensors
     except Exception as exc:  # pandera raises many types here
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SchemaError(f"schema {where}: pandera cannot load it: {msg}") from exc
@@ -276,7 +287,9 @@ def load_schema(spec: Any) -> CompiledSchema | None:
             raise SchemaError(
                 f"schema {text!r}: no such file; pass a pandera YAML file or module:attr"
             )
-        return compile_schema(_load_yaml(path), str(path))
+        frame, tensors = _load_yaml(path)
+        compiled = compile_schema(frame, str(path)) if frame is not None else CompiledSchema(str(path))
+        return replace(compiled, tensors=tensors)
     if ":" in text:
         return compile_schema(_load_python(text), text)
     raise SchemaError(

@@ -1,0 +1,265 @@
+"""Shared pieces of the tensor readers: safety limits, chunking by sample, mapped files.
+
+Tensor readers describe each array as a :class:`Source` (key, shape, dtype and a function that
+reads a range of samples); :func:`whole_chunks` turns sources into bounded :class:`Chunk`
+objects, a few MiB of samples at a time.  Sample-wise containers (WebDataset tar shards, a
+``.pt`` list of samples) go through :class:`SampleBatcher`, which stacks consecutive samples of
+the same shape into one array so that the checks stay vectorised.
+
+Everything here treats the file as hostile: sizes and offsets claimed by headers are checked
+against the bytes that exist before anything is allocated, and nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from datacheck.formats import Chunk, Opened
+
+CHUNK_BYTES = 8 << 20
+"""Target bytes per chunk: small enough to stay in cache for the two passes of the checks."""
+MAX_INFLATE_RATIO = 1100
+"""A compressed member may claim at most this many times its compressed size (deflate's
+theoretical maximum is about 1032:1) ..."""
+BOMB_FLOOR = 64 << 20
+"""... unless the claimed size is below this: small members are never treated as bombs."""
+MAX_MEMBER_BYTES = 1 << 30
+"""Largest member read into memory whole (``.pt`` members, compressed tar shards)."""
+MAX_TEXT_BYTES = 64 << 20
+"""Largest JSON / numeric-text member parsed."""
+MAX_NPY_HEADER = 10000
+"""numpy's own default limit on a ``.npy`` header."""
+
+PICKLE_MSG = "requires unpickling arbitrary code, which datacheck never does (not loaded)"
+
+
+class TensorFileError(ValueError):
+    """A tensor file that is damaged, lies about its sizes, or is unsafe to load."""
+
+
+def pickle_error(what: str) -> TensorFileError:
+    """The error for content that only a pickle could load."""
+    return TensorFileError(f"{what} {PICKLE_MSG}")
+
+
+@dataclass
+class SampleChunk(Chunk):
+    """A chunk of a sample-wise container: shapes and dtypes may vary from sample to sample."""
+
+    samples: int = 0
+    """Samples this chunk accounts for (including samples with no numeric member)."""
+    per_sample: ClassVar[bool] = True
+
+    @property
+    def num_rows(self) -> int:
+        return self.samples
+
+
+@dataclass
+class Source:
+    """One array of a file, read a range of samples at a time."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    """The dtype as the file declares it (``bfloat16`` stays ``bfloat16``)."""
+    itemsize: int
+    read: Callable[[int, int], np.ndarray] | None
+    """Samples ``[lo, hi)`` as a NumPy array (the whole value for 0-d); None: listed, not read."""
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    @property
+    def row_bytes(self) -> int:
+        return self.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+
+
+def whole_chunks(
+    sources: list[Source],
+    release: Callable[[int], None] | None = None,
+    close: Callable[[], None] | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[Chunk]:
+    """Chunks of at most ``chunk_bytes`` across all sources, samples aligned on axis 0."""
+    readable = [s for s in sources if s.read is not None]
+    n = max((s.rows for s in readable), default=0)
+    per_sample = sum(s.row_bytes for s in readable if s.shape)
+    step = max(1, chunk_bytes // max(per_sample, 1))
+    try:
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            tensors: dict[str, np.ndarray] = {}
+            for s in readable:
+                if not s.shape:
+                    if lo == 0:
+                        tensors[s.key] = s.read(0, 1)  # type: ignore[misc]
+                elif lo < s.rows:
+                    tensors[s.key] = s.read(lo, min(hi, s.rows))  # type: ignore[misc]
+            yield Chunk(row_offset=lo, tensors=tensors)
+            if release is not None:
+                release(hi)
+    finally:
+        if close is not None:
+            close()
+
+
+def opened(
+    sources: list[Source],
+    release: Callable[[int], None] | None = None,
+    close: Callable[[], None] | None = None,
+) -> Opened:
+    """An :class:`Opened` for whole-array sources: dtypes, full shapes and sample count."""
+    n = max((s.rows for s in sources if s.read is not None), default=0)
+    return Opened(
+        {s.key: s.dtype for s in sources},
+        whole_chunks(sources, release, close),
+        expected_rows=n,
+        extra={"shapes": {s.key: s.shape for s in sources}},
+    )
+
+
+def check_unique(keys: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for k in keys:
+        if k in seen:
+            raise TensorFileError(f"{what}: key {k!r} appears twice")
+        seen.add(k)
+
+
+class MappedFile:
+    """A read-only memory map of a whole file, with bounds-checked array views."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as fh:
+            fh.seek(0, io.SEEK_END)
+            self.size = fh.tell()
+            self.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
+
+    def bytes(self, offset: int, length: int) -> bytes:
+        self._check(offset, length)
+        return self.mm[offset : offset + length] if self.mm is not None else b""
+
+    def array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=np.int64))
+        self._check(offset, count * dtype.itemsize)
+        if count == 0:
+            return np.empty(shape, dtype)
+        return np.frombuffer(self.mm, dtype, count, offset).reshape(shape)  # type: ignore[arg-type]
+
+    def release(self, start: int, end: int) -> None:
+        """Drop the pages of ``[start, end)`` from this process (they stay in the page cache)."""
+        release_pages(self.mm, start, end)
+
+    def _check(self, offset: int, length: int) -> None:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise TensorFileError(
+                f"data at bytes {offset}..{offset + length} is past the end of the file "
+                f"({self.size} bytes): truncated, or a header lies about offsets"
+            )
+
+
+def release_pages(mm: mmap.mmap | None, start: int, end: int) -> None:
+    """``madvise(DONTNEED)`` on the whole pages of ``[start, end)`` so RSS stays bounded."""
+    if mm is None or not hasattr(mm, "madvise"):
+        return
+    page = mmap.PAGESIZE
+    lo = (start + page - 1) // page * page
+    hi = min(end, len(mm)) // page * page
+    if hi > lo:
+        with contextlib.suppress(OSError, ValueError):  # best effort
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+def read_npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Read a ``.npy`` header from a stream: (shape, fortran_order, dtype); refuses pickles."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fp, max_header_size=MAX_NPY_HEADER)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(fp, max_header_size=MAX_NPY_HEADER)
+    except (ValueError, EOFError, SyntaxError) as exc:
+        raise TensorFileError(f"not a valid .npy header: {exc}") from exc
+    if dtype.hasobject:
+        raise pickle_error(f"dtype {dtype} (Python objects)")
+    return tuple(int(d) for d in shape), bool(fortran), dtype
+
+
+def npy_data_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return (
+        int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if all(d >= 0 for d in shape) else -1
+    )
+
+
+def sample_view(arr: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    """A ``read`` function over an in-memory (or memory-mapped) array."""
+    if arr.ndim == 0:
+        return lambda lo, hi: arr
+    return lambda lo, hi: arr[lo:hi]
+
+
+_SPLIT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]+)$")
+
+
+def split_member(name: str) -> tuple[str, str] | None:
+    """WebDataset naming: ``dir/key.ext.ext2`` -> (``dir/key``, ``ext.ext2``); None if no ext."""
+    m = _SPLIT.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+@dataclass
+class SampleBatcher:
+    """Stacks consecutive samples with the same keys, shapes and dtypes into one chunk."""
+
+    chunk_bytes: int = CHUNK_BYTES
+    _start: int = 0
+    _rows: int = 0
+    _sig: tuple[Any, ...] | None = None
+    _lists: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    _bytes: int = 0
+    _counted: int = 0
+    """Samples already accounted for by yielded chunks."""
+
+    def add(self, ordinal: int, sample: dict[str, np.ndarray]) -> Iterator[SampleChunk]:
+        """Add sample ``ordinal`` (its numeric arrays by key); yields full chunks."""
+        sig = tuple(sorted((k, a.shape, a.dtype.str) for k, a in sample.items()))
+        contiguous = ordinal == self._start + self._rows
+        if self._rows and (sig != self._sig or not contiguous or self._bytes >= self.chunk_bytes):
+            yield self._flush()
+        if not sample:
+            return
+        if not self._rows:
+            self._start, self._sig = ordinal, sig
+        for k, a in sample.items():
+            self._lists.setdefault(k, []).append(a)
+            self._bytes += a.nbytes
+        self._rows += 1
+
+    def finish(self, total_samples: int) -> Iterator[SampleChunk]:
+        """Flush the last batch, then account for trailing samples without numeric data."""
+        if self._rows:
+            yield self._flush()
+        if total_samples > self._counted:
+            yield SampleChunk(
+                row_offset=self._counted, tensors={}, samples=total_samples - self._counted
+            )
+            self._counted = total_samples
+
+    def _flush(self) -> SampleChunk:
+        tensors = {k: np.stack(v) for k, v in self._lists.items()}
+        end = self._start + self._rows
+        chunk = SampleChunk(row_offset=self._start, tensors=tensors, samples=end - self._counted)
+        self._counted = end
+        self._lists, self._rows, self._bytes, self._sig = {}, 0, 0, None
+        return chunk

@@ -1,0 +1,169 @@
+"""NumPy files: ``.npy`` (memory-mapped, read a few MiB of samples at a time) and ``.npz``.
+
+``.npy`` is opened with ``np.load(mmap_mode="r", allow_pickle=False)``; pages already checked
+are dropped from the process (``madvise``) so RSS stays bounded on files larger than memory.
+``.npz`` members are streamed out of the zip (compressed or not) without extracting anything:
+each member's declared size must match what its ``.npy`` header describes, and a compressed
+member may not claim to inflate far beyond its compressed size (zip bomb guard).
+"""
+
+from __future__ import annotations
+
+import mmap
+import zipfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from datacheck.formats import Format, Opened, WorkUnit
+from datacheck.formats._tensor_common import (
+    BOMB_FLOOR,
+    MAX_INFLATE_RATIO,
+    MAX_MEMBER_BYTES,
+    Source,
+    TensorFileError,
+    check_unique,
+    npy_data_bytes,
+    opened,
+    read_npy_header,
+    release_pages,
+    sample_view,
+)
+
+SINGLE_KEY = "tensor"
+"""The key (manifest ``column``) of a file holding one unnamed array (``.npy``, a bare tensor)."""
+
+
+def _npy_header(path: str, size: int) -> tuple[tuple[int, ...], np.dtype, int]:
+    with open(path, "rb") as fh:
+        shape, _, dtype = read_npy_header(fh)
+        header = fh.tell()
+    need = npy_data_bytes(shape, dtype)
+    if need < 0 or header + need > size:
+        raise TensorFileError(
+            f"truncated: header says shape {shape} {dtype} ({need} bytes of data), "
+            f"the file holds {size - header}"
+        )
+    return shape, dtype, header
+
+
+def _memmap_release(arr: np.ndarray) -> Callable[[int], None] | None:
+    """Drop pages of samples already checked from a ``np.load(mmap_mode='r')`` array."""
+    mm = getattr(arr, "_mmap", None)
+    if mm is None or arr.ndim == 0:
+        return None
+    base = int(getattr(arr, "offset", 0)) % mmap.ALLOCATIONGRANULARITY
+    row = arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    return lambda hi: release_pages(mm, base, base + hi * row)
+
+
+class NpyFormat(Format):
+    name = "npy"
+    extensions = (".npy",)
+    tabular = False
+
+    def sniff(self, head: bytes) -> bool:
+        return head[:6] == b"\x93NUMPY"
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        shape, dtype, _ = _npy_header(unit.path, unit.size)
+        if npy_data_bytes(shape, dtype) == 0:
+            arr = np.empty(shape, dtype)
+        else:
+            arr = np.load(unit.path, mmap_mode="r", allow_pickle=False)
+        src = Source(SINGLE_KEY, shape, dtype.name, dtype.itemsize, sample_view(arr))
+        return opened([src], _memmap_release(arr) if arr.flags.c_contiguous else None)
+
+
+def _check_bomb(info: zipfile.ZipInfo) -> None:
+    if info.file_size < 0 or info.compress_size < 0:
+        raise TensorFileError(f"member {info.filename!r}: negative size in the zip directory")
+    if info.compress_type == zipfile.ZIP_STORED:
+        return
+    limit = max(MAX_INFLATE_RATIO * max(info.compress_size, 1), BOMB_FLOOR)
+    if info.file_size > limit:
+        raise TensorFileError(
+            f"member {info.filename!r} claims to inflate from {info.compress_size} to "
+            f"{info.file_size} bytes (over {MAX_INFLATE_RATIO}x): refused as a zip bomb"
+        )
+
+
+def _read_exact(fp: Any, n: int, what: str) -> np.ndarray:
+    buf = np.empty(n, dtype=np.uint8)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = fp.readinto(view[got:])
+        if not k:
+            raise TensorFileError(f"{what} is truncated: expected {n} bytes, got {got}")
+        got += k
+    return buf
+
+
+class _MemberReader:
+    """Streams one ``.npz`` member sample range by sample range (reads are sequential)."""
+
+    def __init__(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+        _check_bomb(info)
+        self.name = info.filename
+        self.fp = zf.open(info)
+        self.shape, fortran, self.dtype = read_npy_header(self.fp)
+        header = self.fp.tell()
+        need = npy_data_bytes(self.shape, self.dtype)
+        if header + need != info.file_size:
+            raise TensorFileError(
+                f"member {self.name!r} holds {info.file_size - header} bytes of data but its "
+                f"header describes shape {self.shape} {self.dtype} ({need} bytes)"
+            )
+        self.whole: np.ndarray | None = None
+        if fortran or not self.shape:
+            if need > MAX_MEMBER_BYTES:
+                raise TensorFileError(
+                    f"member {self.name!r}: Fortran-order array too large to stream"
+                )
+            raw = _read_exact(self.fp, need, f"member {self.name!r}").view(self.dtype)
+            self.whole = raw.reshape(self.shape, order="F" if fortran else "C")
+            self._finish()
+        self.next_row = 0
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        if self.whole is not None:
+            return self.whole if self.whole.ndim == 0 else self.whole[lo:hi]
+        assert lo == self.next_row, "npz members are read sequentially"
+        row = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        raw = _read_exact(self.fp, (hi - lo) * row, f"member {self.name!r}")
+        self.next_row = hi
+        if hi == self.shape[0]:
+            self._finish()
+        return raw.view(self.dtype).reshape((hi - lo, *self.shape[1:]))
+
+    def _finish(self) -> None:
+        # One more read reaches the end of the member, where zipfile verifies the CRC.
+        if self.fp.read(1):
+            raise TensorFileError(f"member {self.name!r} has bytes after its array data")
+
+
+class NpzFormat(Format):
+    name = "npz"
+    extensions = (".npz",)
+    tabular = False
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        zf = zipfile.ZipFile(unit.path)  # noqa: SIM115 - closed when its chunks end
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        total = sum(max(i.file_size, 0) for i in infos)
+        if total > max(MAX_INFLATE_RATIO * unit.size, BOMB_FLOOR):
+            raise TensorFileError(
+                f"members claim {total} bytes in a {unit.size}-byte file: refused as a zip bomb"
+            )
+        sources = []
+        for info in infos:
+            key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if not info.filename.endswith(".npy"):
+                sources.append(Source(key, (), "bytes", 1, None))
+                continue
+            reader = _MemberReader(zf, info)
+            dt = reader.dtype
+            sources.append(Source(key, reader.shape, dt.name, dt.itemsize, reader.read))
+        check_unique([s.key for s in sources], "npz")
+        return opened(sources, close=zf.close)

@@ -1,0 +1,239 @@
+"""WebDataset-style ``.tar`` shards: members grouped into samples by key, checked in place.
+
+A member ``dir/000123.input.npy`` belongs to sample ``dir/000123`` (consecutive members with the
+same key form one sample) under the key ``input.npy`` (the manifest ``column``); the manifest
+``row`` is the sample's ordinal in the shard.  Decoded members: ``.npy`` (memory-mapped in an
+uncompressed shard), ``.pt``/``.pth`` (``weights_only``), ``.json`` (numbers, lists of numbers,
+and the numeric fields of an object as ``<ext>.<field>``) and numeric text (``.cls``,
+``.label``, ``.index``, ...).  Other members (images, audio, captions) are listed and checked
+for readability only; ``.pyd``/``.pickle`` members are never unpickled (the shard is corrupt).
+
+Nothing is extracted to disk and member names are never used as paths; links are not followed.
+A member whose header claims bytes past the end of the file stops the read (``corrupt``); a
+member that cannot be decoded is recorded and the rest of the shard is still checked, then the
+shard is reported ``corrupt`` with the first such member.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from datacheck.formats import Chunk, Format, Opened, WorkUnit
+from datacheck.formats._tensor_common import (
+    MAX_MEMBER_BYTES,
+    MAX_NPY_HEADER,
+    MAX_TEXT_BYTES,
+    MappedFile,
+    SampleBatcher,
+    TensorFileError,
+    npy_data_bytes,
+    pickle_error,
+    read_npy_header,
+    split_member,
+)
+
+NUMERIC_TEXT = frozenset(
+    {"cls", "cls2", "index", "idx", "id", "label", "labels", "target", "value", "score"}
+)
+"""Text member extensions parsed as numbers (whitespace/comma separated)."""
+PICKLE_EXTS = frozenset({"pyd", "pickle", "pkl"})
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
+_RELEASE_EVERY = 64 << 20
+
+
+def _as_numeric(value: Any) -> np.ndarray | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        value = [value]
+        single = True
+    elif isinstance(value, list):
+        single = False
+    else:
+        return None
+    try:
+        arr = np.asarray(value)
+    except (ValueError, OverflowError):  # ragged or out of int64
+        return None
+    if arr.dtype.kind not in "iuf":
+        return None
+    return arr[0] if single else arr
+
+
+def _numeric_text(data: bytes) -> np.ndarray | None:
+    try:
+        tokens = [t for t in re.split(r"[\s,]+", data.decode("utf-8").strip()) if t]
+    except UnicodeDecodeError:
+        return None
+    if not tokens:
+        return None
+    try:
+        return np.asarray([int(t) for t in tokens], dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass
+    try:
+        return np.asarray([float(t) for t in tokens], dtype=np.float64)
+    except ValueError:
+        return None
+
+
+class _Shard:
+    """One pass over a shard's members, yielding stacked sample chunks."""
+
+    def __init__(self, tf: tarfile.TarFile, mf: MappedFile | None, columns: dict[str, str]) -> None:
+        self.tf, self.mf, self.columns = tf, mf, columns
+        self.problems: list[str] = []
+        self.released = 0
+
+    def chunks(self) -> Iterator[Chunk]:
+        try:
+            yield from self._chunks()
+        finally:
+            self.tf.close()
+
+    def _chunks(self) -> Iterator[Chunk]:
+        batcher = SampleBatcher()
+        ordinal, key, sample = -1, None, {}
+        while (m := self.tf.next()) is not None:
+            self.tf.members.clear()  # keep memory flat over shards with many members
+            parts = split_member(m.name) if m.isfile() else None
+            if parts is None:
+                continue
+            self._check_bounds(m)
+            if parts[0] != key:
+                if key is not None:
+                    yield from batcher.add(ordinal, sample)
+                    self._release(m.offset)
+                ordinal, key, sample = ordinal + 1, parts[0], {}
+            try:
+                sample.update(self._decode(m, parts[1]))
+            except Exception as exc:  # noqa: BLE001 - one bad member; the rest is still checked
+                self.problems.append(f"sample {ordinal} ({key!r}), member {m.name!r}: {exc}")
+        if key is not None:
+            yield from batcher.add(ordinal, sample)
+        yield from batcher.finish(ordinal + 1)
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise TensorFileError(f"{self.problems[0]}{more}")
+
+    def _check_bounds(self, m: tarfile.TarInfo) -> None:
+        if self.mf is not None and m.offset_data + m.size > self.mf.size:
+            raise TensorFileError(
+                f"member {m.name!r} claims {m.size} bytes at offset {m.offset_data}, past the end "
+                f"of the {self.mf.size}-byte file: truncated, or a lying header"
+            )
+
+    def _release(self, offset: int) -> None:
+        if self.mf is not None and offset - self.released >= _RELEASE_EVERY:
+            self.mf.release(self.released, offset)
+            self.released = offset
+
+    def _decode(self, m: tarfile.TarInfo, ext: str) -> dict[str, np.ndarray]:
+        last = ext.rsplit(".", 1)[-1].lower()
+        if last in PICKLE_EXTS:
+            self.columns.setdefault(ext, "pickle")
+            raise pickle_error(f"a .{last} member")
+        if m.issparse():
+            self.columns.setdefault(ext, "bytes")
+            return {}
+        if last == "npy":
+            return self._found(ext, self._npy(m))
+        if last in ("pt", "pth"):
+            from datacheck.formats._tensor_torch import load_pt, sample_arrays
+
+            return sample_arrays(load_pt(self._bytes(m, MAX_MEMBER_BYTES)), self.columns, ext)
+        if last == "json":
+            return self._json(ext, self._bytes(m, MAX_TEXT_BYTES))
+        if last in NUMERIC_TEXT:
+            return self._found(ext, _numeric_text(self._bytes(m, MAX_TEXT_BYTES)), "text")
+        self.columns.setdefault(ext, "bytes")
+        self._readable(m)
+        return {}
+
+    def _found(self, col: str, arr: np.ndarray | None, other: str = "") -> dict[str, np.ndarray]:
+        if arr is None:
+            self.columns.setdefault(col, other)
+            return {}
+        self.columns.setdefault(col, arr.dtype.name)
+        return {col: arr}
+
+    def _bytes(self, m: tarfile.TarInfo, cap: int) -> bytes:
+        if m.size > cap:
+            raise TensorFileError(
+                f"{m.size} bytes, above the {cap}-byte limit for this member type"
+            )
+        if self.mf is not None:
+            return self.mf.bytes(m.offset_data, m.size)
+        fp = self.tf.extractfile(m)
+        data = fp.read(m.size) if fp is not None else b""
+        if len(data) != m.size:
+            raise TensorFileError(f"truncated: {len(data)} of {m.size} bytes")
+        return data
+
+    def _readable(self, m: tarfile.TarInfo) -> None:
+        if self.mf is not None:
+            return  # bounds already checked: the bytes are there
+        fp = self.tf.extractfile(m)
+        got = 0
+        while fp is not None and (block := fp.read(1 << 20)):
+            got += len(block)
+        if got != m.size:
+            raise TensorFileError(f"truncated: {got} of {m.size} bytes")
+
+    def _npy(self, m: tarfile.TarInfo) -> np.ndarray:
+        if self.mf is None:
+            data, base = self._bytes(m, MAX_MEMBER_BYTES), 0
+        else:
+            data, base = (
+                self.mf.bytes(m.offset_data, min(m.size, MAX_NPY_HEADER + 64)),
+                m.offset_data,
+            )
+        bio = io.BytesIO(data)
+        shape, fortran, dtype = read_npy_header(bio)
+        header, need = bio.tell(), npy_data_bytes(shape, dtype)
+        if need < 0 or header + need > m.size:
+            raise TensorFileError(
+                f"header says shape {shape} {dtype} ({need} bytes), the member holds {m.size - header}"
+            )
+        dims = shape[::-1] if fortran else shape
+        if self.mf is not None:
+            arr = self.mf.array(base + header, dtype, dims)
+        else:
+            arr = np.frombuffer(data, dtype, int(np.prod(dims, dtype=np.int64)), header).reshape(
+                dims
+            )
+        return arr.T if fortran else arr
+
+    def _json(self, ext: str, data: bytes) -> dict[str, np.ndarray]:
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise TensorFileError(f"invalid JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            return self._found(ext, _as_numeric(doc), "json")
+        self.columns.setdefault(ext, "json")
+        out: dict[str, np.ndarray] = {}
+        for field, value in doc.items():
+            out.update(self._found(f"{ext}.{field}", _as_numeric(value), "json"))
+        return out
+
+
+class TarFormat(Format):
+    name = "tar"
+    extensions = (".tar", ".tgz")
+    tabular = False
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        with open(unit.path, "rb") as fh:
+            compressed = fh.read(6).startswith(_COMPRESSED)
+        tf = tarfile.open(unit.path, "r:*")  # noqa: SIM115 - closed when its chunks end
+        mf = None if compressed else MappedFile(unit.path)
+        columns: dict[str, str] = {}
+        return Opened(columns, _Shard(tf, mf, columns).chunks())

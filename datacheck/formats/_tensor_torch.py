@@ -1,0 +1,152 @@
+"""``.pt`` / ``.pth`` files: a tensor, a dict / list / tuple of tensors, or a list of samples.
+
+Loaded with ``torch.load(weights_only=True)`` (memory-mapped when the file is in torch's zip
+format), so a pickle payload never runs: a file that needs more than tensors and plain
+containers is reported as ``corrupt``.  torch is imported here only, when a ``.pt`` file is
+actually read.
+
+Layouts and keys (the manifest ``column``):
+
+* a tensor -> key ``tensor``; its first axis is the sample index;
+* a dict -> its keys (nested dicts joined with ``.``), a list/tuple of tensors -> ``0``, ``1``, ...;
+* a list/tuple whose items are all dicts/lists/tuples -> a list of samples: the sample index is
+  the position in the list, keys come from each sample.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from datacheck.formats import Chunk, Format, Opened, WorkUnit
+from datacheck.formats._tensor_common import (
+    SampleBatcher,
+    Source,
+    TensorFileError,
+    opened,
+    pickle_error,
+)
+from datacheck.formats._tensor_numpy import SINGLE_KEY
+
+
+def load_pt(source: str | bytes) -> Any:
+    """``torch.load`` with ``weights_only=True``; pickle-only content -> :class:`TensorFileError`."""
+    import torch
+
+    zipped = False
+    if isinstance(source, str):
+        with open(source, "rb") as fh:
+            zipped = fh.read(4) == b"PK\x03\x04"
+    target: Any = source if isinstance(source, str) else io.BytesIO(source)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about pickle protocols it tolerates
+            return torch.load(target, map_location="cpu", weights_only=True, mmap=zipped)
+    except pickle.UnpicklingError as exc:
+        if "weights only" in str(exc).lower():
+            first = str(exc).strip().splitlines()[-1][:200]
+            raise pickle_error(f"content beyond tensors ({first})") from exc
+        raise TensorFileError(f"not a loadable torch file: {exc}") from exc
+
+
+def _dtype_name(t: Any) -> str:
+    import torch
+
+    name = str(t.dtype).removeprefix("torch.")
+    return name if t.layout == torch.strided else f"{name} ({t.layout})"
+
+
+def to_numpy(t: Any) -> np.ndarray | None:
+    """A CPU strided tensor as NumPy (bfloat16 and other numpy-less types widened to float32)."""
+    import torch
+
+    if t.layout != torch.strided or t.is_quantized or t.is_complex():
+        return None
+    t = t.detach()
+    if t.dtype in (torch.bfloat16,) or t.dtype.is_floating_point and t.dtype.itemsize == 1:
+        t = t.to(torch.float32)
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # dtypes numpy has no equivalent for (uint16/32 on old torch)
+        return None
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Tensors and numbers of a nested dict/list/tuple by dotted key; other leaves dropped."""
+    import torch
+
+    out: dict[str, Any] = {}
+    if isinstance(obj, torch.Tensor):
+        out[prefix or SINGLE_KEY] = obj
+    elif isinstance(obj, (bool, int, float)):
+        out[prefix or SINGLE_KEY] = torch.tensor(obj)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out.update(flatten(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out
+
+
+def is_sample_list(obj: Any) -> bool:
+    return (
+        isinstance(obj, (list, tuple))
+        and len(obj) > 0
+        and all(isinstance(v, (Mapping, list, tuple)) for v in obj)
+    )
+
+
+def _sources(tensors: dict[str, Any]) -> list[Source]:
+    out = []
+    for key, t in tensors.items():
+        probe = to_numpy(t.reshape(-1)[:1]) if t.numel() else to_numpy(t)
+        dtype, shape = _dtype_name(t), tuple(t.shape)
+        if probe is None:
+            out.append(Source(key, shape, dtype, t.element_size(), None))
+            continue
+
+        def read(lo: int, hi: int, t: Any = t) -> np.ndarray:
+            return to_numpy(t if t.dim() == 0 else t[lo:hi])  # type: ignore[return-value]
+
+        out.append(Source(key, shape, dtype, probe.dtype.itemsize, read))
+    return out
+
+
+def sample_arrays(sample: Any, columns: dict[str, str], prefix: str = "") -> dict[str, np.ndarray]:
+    """One sample's numeric arrays by key; records each key's dtype in ``columns``."""
+    arrays: dict[str, np.ndarray] = {}
+    for key, t in flatten(sample, prefix).items():
+        columns.setdefault(key, _dtype_name(t))
+        arr = to_numpy(t)
+        if arr is not None:
+            arrays[key] = arr
+    return arrays
+
+
+def _sample_chunks(samples: Any, columns: dict[str, str]) -> Iterator[Chunk]:
+    batcher = SampleBatcher()
+    for i, sample in enumerate(samples):
+        yield from batcher.add(i, sample_arrays(sample, columns))
+    yield from batcher.finish(len(samples))
+
+
+class PtFormat(Format):
+    name = "pt"
+    extensions = (".pt", ".pth")
+    tabular = False
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        obj = load_pt(unit.path)
+        if is_sample_list(obj):
+            columns: dict[str, str] = {}
+            return Opened(columns, _sample_chunks(obj, columns), expected_rows=len(obj))
+        tensors = flatten(obj)
+        if not tensors:
+            raise TensorFileError(f"holds no tensors (a {type(obj).__name__})")
+        return opened(_sources(tensors))
