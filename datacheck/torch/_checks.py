@@ -190,6 +190,24 @@ def leaf_rules(
     return ColumnRules(bounds=bounds, ranges=range_rules)
 
 
+class LeafRules:
+    """:func:`leaf_rules` bound to a loader's options, memoised per (key, dtype); picklable."""
+
+    def __init__(
+        self, max_abs: float | None | Mapping[str, float | None], ranges: Mapping[str, Range]
+    ) -> None:
+        self.max_abs, self.ranges = max_abs, dict(ranges)
+        self._cache: dict[tuple[str, torch.dtype], ColumnRules | None] = {}
+
+    def __call__(self, key: str, dtype: torch.dtype) -> ColumnRules | None:
+        if (key, dtype) not in self._cache:
+            self._cache[key, dtype] = leaf_rules(key, dtype, self.max_abs, self.ranges)
+        return self._cache[key, dtype]
+
+
+RulesFor = Callable[[str, torch.dtype], "ColumnRules | None"]
+
+
 # --------------------------------------------------------------------------- the check
 
 
@@ -266,8 +284,7 @@ class PendingCheck:
         return out
 
 
-def launch_check(batch: Any, n: int, rules_for: Callable[[str, torch.dtype], Any]) -> PendingCheck:
-    """Enqueue the per-sample checks of every leaf of ``batch`` (``n`` samples)."""
+def _flag_leaves(batch: Any, n: int, rules_for: RulesFor) -> tuple[list[_Leaf], list[torch.Tensor]]:
     checked: list[_Leaf] = []
     flags: list[torch.Tensor] = []
     for key, leaf in leaves(batch):
@@ -282,6 +299,12 @@ def launch_check(batch: Any, n: int, rules_for: Callable[[str, torch.dtype], Any
         x2 = leaf.reshape(n, -1)
         checked.append(_Leaf(key, x2, rules))
         flags.append(_row_flags(x2, rules))
+    return checked, flags
+
+
+def launch_check(batch: Any, n: int, rules_for: RulesFor) -> PendingCheck:
+    """Enqueue the per-sample checks of every leaf of ``batch`` (``n`` samples)."""
+    checked, flags = _flag_leaves(batch, n, rules_for)
     if not flags:
         return PendingCheck(n, checked, None)
     stacked = torch.stack(flags)
@@ -292,6 +315,34 @@ def launch_check(batch: Any, n: int, rules_for: Callable[[str, torch.dtype], Any
     event = torch.cuda.Event()
     event.record()
     return PendingCheck(n, checked, host, event)
+
+
+class CheckingCollate:
+    """The user's collate_fn, then the flagging pass, run in the DataLoader worker.
+
+    Used when batches stay on the CPU and workers exist: the per-sample reductions then run in
+    parallel with training, and the main process only reads the flags. Returns
+    ``(batch, flags or None, flagged leaf keys)``.
+    """
+
+    def __init__(self, collate: Callable[[list[Any]], Any], rules_for: RulesFor) -> None:
+        self.collate, self.rules_for = collate, rules_for
+
+    def __call__(self, samples: list[Any]) -> tuple[Any, torch.Tensor | None, list[str]]:
+        batch = self.collate(samples)
+        checked, flags = _flag_leaves(batch, len(samples), self.rules_for)
+        return batch, (torch.stack(flags) if flags else None), [c.key for c in checked]
+
+
+def worker_check(
+    batch: Any, n: int, flags: torch.Tensor | None, keys: list[str], rules_for: RulesFor
+) -> PendingCheck:
+    """The :class:`PendingCheck` of a batch a :class:`CheckingCollate` already flagged."""
+    if flags is None:
+        return PendingCheck(n, [], None)
+    by_key = dict(leaves(batch))
+    checked = [_Leaf(k, by_key[k].reshape(n, -1), rules_for(k, by_key[k].dtype)) for k in keys]
+    return PendingCheck(n, checked, flags)
 
 
 def _to_numpy(x: torch.Tensor) -> np.ndarray:

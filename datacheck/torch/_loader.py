@@ -24,9 +24,17 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from datacheck.checks._registry import FP16_MAX, OUT_OF_RANGE
-from datacheck.checks._rules import ColumnRules, Range
+from datacheck.checks._rules import Range
 from datacheck.errors import BadSampleError, UsageError
-from datacheck.torch._checks import PendingCheck, SampleFinding, launch_check, leaf_rules, take
+from datacheck.torch._checks import (
+    CheckingCollate,
+    LeafRules,
+    PendingCheck,
+    SampleFinding,
+    launch_check,
+    take,
+    worker_check,
+)
 from datacheck.torch._checks import to_device as _to_device
 from datacheck.torch._quarantine import QuarantineWriter, quarantined_indices
 
@@ -61,6 +69,8 @@ class LoaderConfig:
     """Resolve each batch one batch later so the host never waits on the check (lags one step)."""
     coordinate: bool | None = None
     """All-reduce each batch's skip flag so all ranks skip together; None: auto under DDP."""
+    check_in_workers: bool | None = None
+    """Flag bad samples in the DataLoader workers; None: when batches stay on CPU with workers."""
     fsync: bool = False
     """fsync the manifest after each bad batch (survives power loss, not just a crash)."""
     non_blocking: bool = True
@@ -229,8 +239,11 @@ class GuardedLoader:
         self._exclude = set(self.config.exclude) | self._previously_quarantined()
         source, within = self._index_source(loader)
         self._batches = _RecordedBatches(source, self._exclude, self.stats, within)
-        self.loader = _rebuild(loader, self._batches)
-        self._rules: dict[tuple[str, torch.dtype], ColumnRules | None] = {}
+        self.rules_for = LeafRules(self.config.max_abs, self.config.ranges)  # type: ignore[arg-type]
+        """The rules run on a batch leaf: ``rules_for(key, dtype)`` (None: not checked)."""
+        self.in_workers = self._checks_in_workers(loader)
+        collate = CheckingCollate(loader.collate_fn, self.rules_for) if self.in_workers else None
+        self.loader = _rebuild(loader, self._batches, collate)
         self._writer: QuarantineWriter | None = None
 
     @property
@@ -312,12 +325,12 @@ class GuardedLoader:
             return BatchSampler(sampler, bs.batch_size, bs.drop_last), False
         return bs, True
 
-    def rules_for(self, key: str, dtype: torch.dtype) -> ColumnRules | None:
-        """The rules run on a batch leaf (None: not checked)."""
-        if (key, dtype) not in self._rules:
-            cfg = self.config
-            self._rules[key, dtype] = leaf_rules(key, dtype, cfg.max_abs, cfg.ranges)  # type: ignore[arg-type]
-        return self._rules[key, dtype]
+    def _checks_in_workers(self, loader: DataLoader) -> bool:
+        """Flag in the workers when batches stay on the CPU (parallel with training)."""
+        if self.config.check_in_workers is not None:
+            return self.config.check_in_workers
+        device = self.config.device
+        return loader.num_workers > 0 and (device is None or device.type == "cpu")  # type: ignore[union-attr]
 
     def _record(self, job: _Job, findings: list[SampleFinding], rank: int) -> list[int]:
         """Quarantine the bad samples of a batch; returns their dataset indices."""
@@ -375,8 +388,14 @@ class _EpochRun:
         """Queue a batch and launch its check (None: a batch the sampler emptied)."""
         job = _Job(self.step, indices or [])
         if batch is not None:
+            n, rules_for = len(job.indices), self.guard.rules_for
+            if self.guard.in_workers:
+                batch, flags, keys = batch
             job.batch = _to_device(batch, self.cfg.device, self.cfg.non_blocking)  # type: ignore[arg-type]
-            job.check = launch_check(job.batch, len(job.indices), self.guard.rules_for)
+            if self.guard.in_workers:
+                job.check = worker_check(job.batch, n, flags, keys, rules_for)
+            else:
+                job.check = launch_check(job.batch, n, rules_for)
         self.queue.append(job)
         self.step += 1
 
@@ -450,12 +469,12 @@ def _refuse_unguardable(loader: Any) -> None:
         )
 
 
-def _rebuild(loader: DataLoader, batches: _RecordedBatches) -> DataLoader:
+def _rebuild(loader: DataLoader, batches: _RecordedBatches, collate: Any) -> DataLoader:
     """The same DataLoader, drawing its batches from the recorded batch sampler."""
     kwargs: dict[str, Any] = {
         "batch_sampler": batches,
         "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
+        "collate_fn": collate or loader.collate_fn,
         "pin_memory": loader.pin_memory,
         "timeout": loader.timeout,
         "worker_init_fn": loader.worker_init_fn,

@@ -78,6 +78,7 @@ def run_epoch(loader: GuardedLoader) -> list[int]:
 def test_drop_yields_every_good_sample_once_and_quarantines_exactly_the_bad(tmp_path, num_workers):
     dl = DataLoader(Planted(), batch_size=8, shuffle=True, num_workers=num_workers)
     loader = GuardedLoader(dl, quarantine=tmp_path / "q")
+    assert loader.in_workers == (num_workers > 0)  # flags computed in the workers
     seen = run_epoch(loader)
     assert sorted(seen) == GOOD and len(seen) == len(set(seen))
     q = read_quarantine(tmp_path / "q")
@@ -293,8 +294,11 @@ def stack_images(samples: list[dict]) -> tuple[torch.Tensor, list[int]]:
     return torch.stack([s["image"] for s in samples]), [s["label"] for s in samples]
 
 
-def test_a_collate_that_merges_samples_is_refused_with_a_clear_message():
-    loader = GuardedLoader(DataLoader(Planted(), batch_size=8, collate_fn=pack))
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_collate_that_merges_samples_is_refused_with_a_clear_message(num_workers):
+    dl = DataLoader(Planted(), batch_size=8, collate_fn=pack, num_workers=num_workers)
+    loader = GuardedLoader(dl)
+    assert loader.in_workers == (num_workers > 0)
     with pytest.raises(UsageError, match="merges or splits samples"):
         next(iter(loader))
 
