@@ -26,7 +26,7 @@ MAX_FILE_ROWS = 5000
 """Files listed in ``report.html`` (flagged and corrupt first); the rest are in report.json."""
 NOTEBOOK_FILE_ROWS = 20
 """Files listed in the Jupyter summary."""
-MAX_COLUMN_PLOTS = 4
+MAX_COLUMN_PLOTS = 3
 
 _CSS = """
 .dc { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 14px; color: #222; }

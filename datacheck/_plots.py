@@ -9,6 +9,8 @@ without a backend chosen by the user, the Agg backend is selected.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import math
 import os
@@ -45,10 +47,22 @@ def _new_figure(width: float, height: float) -> Figure:
     )
     if headless and "MPLBACKEND" not in os.environ and "matplotlib.pyplot" not in sys.modules:
         matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401 - lets Jupyter's inline backend register Figure display
+    return _figure_class()(figsize=(width, height), layout="constrained")
+
+
+@functools.cache
+def _figure_class() -> type[Figure]:
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    class ReportFigure(Figure):
+        """A Figure that Jupyter shows as PNG whatever the backend (it is not pyplot's)."""
+
+        def _repr_png_(self) -> bytes:
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", bbox_inches="tight")
+            return buf.getvalue()
+
+    return ReportFigure
 
 
 def _short_names(paths: Sequence[str]) -> list[str]:
