@@ -201,7 +201,10 @@ def flagged_rows(report: Report, path: str | os.PathLike[str], context: int = 0)
             raise InputError(f"{entry['path']!r}: cannot read the flagged rows back "
                              f"({type(exc).__name__}: {exc}); was the file changed since the scan?") from exc  # fmt: skip
     frame = table.to_pandas() if table.num_columns else pd.DataFrame()
-    frame.index = pd.Index(rows[: len(frame)], name="row")
+    if len(frame) != len(rows):
+        raise InputError(f"{entry['path']!r}: {len(frame)} of the {len(rows)} wanted rows could be "
+                         "read; was the file changed since the scan? Rescan it")  # fmt: skip
+    frame.index = pd.Index(rows, name="row")
     frame[FLAG_COLUMN] = [int(r) in checks for r in frame.index]
     frame[CHECKS_COLUMN] = [checks.get(int(r), "") for r in frame.index]
     return frame
@@ -358,7 +361,40 @@ def _copy_streamed(entry: dict[str, Any], tmp: Path, drop: np.ndarray,
     return rows_in, rows_out
 
 
-_WRITABLE = ("parquet", "csv", "jsonl", "arrow")
+def _copy_npy(src: str, tmp: Path, drop: np.ndarray) -> tuple[int, int]:
+    """Copy a ``.npy`` array without the dropped rows, through memory maps (bounded memory)."""
+    arr = np.load(src, mmap_mode="r", allow_pickle=False)
+    keep = np.ones(len(arr), dtype=bool)
+    keep[drop[drop < len(arr)]] = False
+    out = np.lib.format.open_memmap(
+        tmp, mode="w+", dtype=arr.dtype, shape=(int(keep.sum()), *arr.shape[1:])
+    )
+    step, pos = max(1, (64 << 20) // max(arr[:1].nbytes, 1)), 0
+    for start in range(0, len(arr), step):
+        block = arr[start : start + step][keep[start : start + step]]
+        out[pos : pos + len(block)] = block
+        pos += len(block)
+    out.flush()
+    del out
+    return len(arr), pos
+
+
+def _copy_npz(src: str, tmp: Path, drop: np.ndarray, rows: int) -> tuple[int, int]:
+    """Rewrite an ``.npz`` archive: arrays with one entry per row lose the dropped rows."""
+    kept = rows
+    with np.load(src, allow_pickle=False) as z, open(tmp, "wb") as fh:
+        arrays = {}
+        for key in z.files:
+            arr = z[key]
+            if arr.ndim and len(arr) == rows:
+                arr = np.delete(arr, drop[drop < rows], axis=0)
+                kept = len(arr)
+            arrays[key] = arr
+        np.savez(fh, **arrays)
+    return rows, kept
+
+
+_WRITABLE = ("parquet", "csv", "jsonl", "arrow", "npy", "npz")
 
 
 def _copy_one(entry: dict[str, Any], target: Path, drop: np.ndarray,
@@ -377,6 +413,10 @@ def _copy_one(entry: dict[str, Any], target: Path, drop: np.ndarray,
         return {**row, "dest": "", "reason": f"clean_copy cannot rewrite {entry['format']!r} files"}
     if entry["format"] == "parquet":
         rows_in, rows_out = _copy_parquet(entry["path"], tmp, drop)
+    elif entry["format"] == "npy":
+        rows_in, rows_out = _copy_npy(entry["path"], tmp, drop)
+    elif entry["format"] == "npz":
+        rows_in, rows_out = _copy_npz(entry["path"], tmp, drop, row["rows_in"])
     else:
         rows_in, rows_out = _copy_streamed(entry, tmp, drop, options)
     os.replace(tmp, target)

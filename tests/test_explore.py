@@ -265,3 +265,42 @@ def test_clean_copy_refuses_the_source_and_a_non_empty_dest(
     assert (busy / "keep.txt").read_text() == "mine"
     assert (busy / "train" / "shard-001.parquet").exists()
     shutil.rmtree(busy)
+
+
+def test_tensor_files_rows_and_clean_copy(tmp_path: Path) -> None:
+    from datacheck.formats import formats
+
+    if not {"npy", "npz"} <= set(formats()):
+        pytest.skip("npy/npz readers not registered")
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.arange(150, dtype=np.float32).reshape(50, 3)
+    x[7, 1] = np.nan
+    x[30, 0] = np.inf
+    np.save(data / "a.npy", x)
+    np.savez(data / "b.npz", x=x, y=np.arange(50))
+    report = dc.scan(data, out=tmp_path / "out", executor="inprocess")
+    rows = report.flagged_rows("a.npy", context=1)
+    assert list(rows.index) == [6, 7, 8, 29, 30, 31]
+    assert list(rows.index[rows["_flagged"]]) == [7, 30]
+    assert list(report.flagged_rows("b.npz")["y"]) == [7, 30]
+    result = report.clean_copy(tmp_path / "clean")
+    assert result["status"].tolist() == ["cleaned", "cleaned"]
+    assert result["rows_out"].tolist() == [48, 48]
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "clean" / "a.npy"), np.delete(x, [7, 30], axis=0)
+    )
+    with np.load(tmp_path / "clean" / "b.npz") as z:
+        assert z["y"].tolist() == [i for i in range(50) if i not in (7, 30)]
+    rescan = dc.scan(tmp_path / "clean", out=tmp_path / "rescan", executor="inprocess")
+    assert rescan.summary["status"] == {"ok": 2, "flagged": 0, "corrupt": 0}
+
+
+def test_flagged_rows_of_a_file_changed_since_the_scan(tmp_path: Path) -> None:
+    table, _ = planted_table()
+    (tmp_path / "d").mkdir()
+    write_table(table, tmp_path / "d" / "t.csv", "csv")
+    report = dc.scan(tmp_path / "d", out=tmp_path / "out", executor="inprocess")
+    write_table(table.slice(0, 100), tmp_path / "d" / "t.csv", "csv")  # row 150 is gone
+    with pytest.raises(InputError, match="changed since the scan"):
+        report.flagged_rows("t.csv")
