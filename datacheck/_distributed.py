@@ -144,10 +144,8 @@ def _results(
     with _connect(client, scheduler, workers, allowed_failures) as c:
         _announce(c, echo)
         token = uuid.uuid4().hex[:8]
-        futures: list[Future] = [
-            c.submit(fn, u, key=f"datacheck-unit-{token}-{i}", retries=retries, pure=False)
-            for i, u in enumerate(units)
-        ]
+        keys = [f"datacheck-unit-{token}-{i}" for i in range(len(units))]
+        futures: list[Future] = c.map(fn, units, key=keys, retries=retries, pure=False)
         unit_of = {f.key: u for f, u in zip(futures, units, strict=True)}
         try:
             for fut in as_completed(futures, loop=c.loop):

@@ -1,0 +1,187 @@
+"""Cluster benchmark: the same dataset on 1 and 2 local dask workers, and the cost of dask.
+
+Generates ``--shards`` Parquet shards of about ``--total-mb`` in all (16 float32 columns, an
+int64 id and a 32-wide float32 embedding; a few planted NaNs), then times, each ``--repeat``
+times (the fastest counts; the page cache is warm after the first pass):
+
+1. ``inprocess-1t``: the in-process executor with Arrow limited to one thread, i.e. exactly
+   what one single-threaded dask worker does (dask sets ``OMP_NUM_THREADS=1`` in its workers,
+   and Arrow sizes its pool from that);
+2. ``inprocess``: the in-process executor with Arrow's default thread pool (for reference);
+3. ``dask-1``/``dask-2``: ``executor="distributed"`` on an already running LocalCluster of 1 / 2
+   single-threaded worker processes (the steady state of a cluster: scan time only);
+4. ``dask-1-cold``: the same through ``workers=1``, starting and tearing down the cluster
+   inside the timed call (what ``datacheck scan --executor distributed`` costs end to end).
+
+CPU seconds are this process plus the workers' (``dask-1-cold``: this process only), so a busy
+shared machine, which inflates wall times, can be told apart from dask's own cost.
+
+Speed-up = dask-1 / dask-2 (target >= 1.8x on 2 cores); overhead = dask-1 / inprocess-1t - 1
+(target <= 10%).  Results go to ``benchmarks/results/cluster.json``.
+
+    python benchmarks/bench_cluster.py                      # ~600 MB, a couple of minutes
+    python benchmarks/bench_cluster.py --total-mb 60        # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FEATURES = 16
+EMBED = 32
+ROW_BYTES = 8 + 4 * FEATURES + 4 * EMBED
+
+
+def _shard(rows: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    cols: dict[str, pa.Array] = {"id": pa.array(np.arange(rows, dtype=np.int64))}
+    for i in range(FEATURES):
+        x = rng.standard_normal(rows, dtype=np.float32)
+        if i == 0:
+            x[rng.integers(0, rows, 3)] = np.nan
+        cols[f"f{i:02d}"] = pa.array(x)
+    emb = rng.standard_normal(rows * EMBED, dtype=np.float32)
+    cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(emb), EMBED)
+    return pa.table(cols)
+
+
+def generate(root: Path, total_mb: int, shards: int) -> Path:
+    rows = max(1000, (total_mb << 20) // shards // ROW_BYTES)
+    data = root / f"cluster-{total_mb}mb-{shards}"
+    if len(list(data.glob("*.parquet"))) == shards:
+        return data
+    data.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        pq.write_table(
+            _shard(rows, s),
+            data / f"shard-{s:03d}.parquet",
+            row_group_size=128 * 1024,
+            compression="snappy",
+        )
+    return data
+
+
+def _cpu_self() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _best(
+    fn: Callable[[], object], repeat: int, cpu: Callable[[], float] = _cpu_self
+) -> tuple[float, float]:
+    """Fastest wall time, and the CPU seconds (this process + workers) of that run."""
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        c, t = cpu(), time.perf_counter()
+        fn()
+        wall, used = time.perf_counter() - t, cpu() - c
+        best = min(best, (wall, used))
+    return best
+
+
+def _cluster_cpu(client: object) -> Callable[[], float]:
+    def cpu() -> float:
+        workers = client.run(_cpu_self)  # type: ignore[attr-defined]
+        return _cpu_self() + sum(workers.values())
+
+    return cpu
+
+
+def run(data: Path, repeat: int) -> dict[str, tuple[float, float]]:
+    from distributed import Client, LocalCluster
+
+    import datacheck
+
+    out = Path(tempfile.mkdtemp(prefix="dc-bench-cluster-"))
+
+    quiet = {"echo": lambda line: None}  # no dashboard line per run
+
+    def scan(**kw: object) -> object:
+        return datacheck.scan(data, out=out, **kw)
+
+    times: dict[str, tuple[float, float]] = {}
+    scan(executor="inprocess")  # warm the page cache
+    threads = pa.cpu_count()
+    pa.set_cpu_count(1)
+    times["inprocess-1t"] = _best(lambda: scan(executor="inprocess"), repeat)
+    pa.set_cpu_count(threads)
+    times["inprocess"] = _best(lambda: scan(executor="inprocess"), repeat)
+    for n in (1, 2):
+        with (
+            LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            scan(client=client, executor_options=quiet)  # workers import datacheck, warm up
+            times[f"dask-{n}"] = _best(
+                lambda c=client: scan(client=c, executor_options=quiet),
+                repeat,
+                _cluster_cpu(client),
+            )
+    times["dask-1-cold"] = _best(
+        lambda: scan(executor="distributed", workers=1, executor_options=quiet), repeat
+    )
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--total-mb",
+        type=int,
+        default=480,
+        help="dataset size, uncompressed (default: 480; ~600 MB on disk)",
+    )
+    ap.add_argument("--shards", type=int, default=32, help="number of shards (default: 32)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per variant (default: 2)")
+    ap.add_argument("--data", default=str(Path(__file__).parent / "data"))
+    args = ap.parse_args()
+    data = generate(Path(args.data), args.total_mb, args.shards)
+    size = sum(p.stat().st_size for p in data.glob("*.parquet"))
+    measured = run(data, args.repeat)
+    times = {k: wall for k, (wall, _) in measured.items()}
+    result = {
+        "dataset": {"shards": args.shards, "bytes_on_disk": size, "uncompressed_mb": args.total_mb},
+        "cpus": os.cpu_count(),
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "seconds": {k: round(v, 3) for k, v in times.items()},
+        "cpu_seconds": {k: round(c, 3) for k, (_, c) in measured.items()},
+        "speedup_2_vs_1_workers": round(times["dask-1"] / times["dask-2"], 3),
+        "overhead_dask1_vs_inprocess_1thread": round(
+            times["dask-1"] / times["inprocess-1t"] - 1, 4
+        ),
+        "overhead_cold_dask1_vs_inprocess_1thread": round(
+            times["dask-1-cold"] / times["inprocess-1t"] - 1, 4
+        ),
+        "mb_per_s_per_worker": round(size / 1e6 / times["dask-1"], 1),
+    }
+    res_dir = Path(__file__).parent / "results"
+    res_dir.mkdir(exist_ok=True)
+    (res_dir / "cluster.json").write_text(json.dumps(result, indent=1) + "\n")
+    for k, (wall, used) in measured.items():
+        print(f"{k:>14}: {wall:7.2f} s wall, {used:7.2f} s CPU")
+    print(f"load average: {result['load_average_after']} on {os.cpu_count()} cores")
+    print(f"speed-up 2 vs 1 workers: {result['speedup_2_vs_1_workers']:.2f}x")
+    print(
+        f"dask overhead on 1 worker (warm cluster): {result['overhead_dask1_vs_inprocess_1thread']:+.1%}"
+    )
+    print(
+        f"dask overhead on 1 worker (incl. start):  {result['overhead_cold_dask1_vs_inprocess_1thread']:+.1%}"
+    )
+
+
+if __name__ == "__main__":
+    main()
