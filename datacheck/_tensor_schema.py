@@ -20,6 +20,7 @@ make here raises :class:`~datacheck.errors.SchemaError` naming the key, the valu
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from collections.abc import Mapping
@@ -163,7 +164,12 @@ def match_shape(pattern: tuple[int | str, ...], shape: tuple[int | None, ...]) -
 
 # --- parsing -----------------------------------------------------------------------------
 
-_BARE_STAR = re.compile(r"(?<=[\[,])(\s*)\*(\s*)(?=[,\]])")
+_FLOW_LIST = re.compile(r"(?<![\"'\w])\[[^\[\]\"'\n]*\]")
+
+
+def _quote_stars(match: re.Match[str]) -> str:
+    items = match.group(0)[1:-1].split(",")
+    return "[" + ",".join('"*"' if item.strip() == "*" else item for item in items) + "]"
 
 
 def safe_load_yaml(text: str) -> Any:
@@ -177,7 +183,7 @@ def safe_load_yaml(text: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
-        fixed = _BARE_STAR.sub(r'\1"*"\2', text)
+        fixed = _FLOW_LIST.sub(_quote_stars, text)
         if fixed == text:
             raise
         try:
@@ -193,6 +199,9 @@ def _hint(name: str, valid: tuple[str, ...]) -> str:
 
 
 def _number(value: Any, what: str) -> float:
+    if isinstance(value, str):  # YAML 1.1 reads 3.4e38 (no sign on the exponent) as text
+        with contextlib.suppress(ValueError):
+            value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise SchemaError(f"{what}: expected a number, got {value!r}")
     return float(value)

@@ -88,9 +88,10 @@ def whole_chunks(
     sources: list[Source],
     release: Callable[[int], None] | None = None,
     close: Callable[[], None] | None = None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
 ) -> Iterator[Chunk]:
-    """Chunks of at most ``chunk_bytes`` across all sources, samples aligned on axis 0."""
+    """Chunks of at most ``chunk_bytes`` (default :data:`CHUNK_BYTES`) across all sources."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     readable = [s for s in sources if s.read is not None]
     n = max((s.rows for s in readable), default=0)
     per_sample = sum(s.row_bytes for s in readable if s.shape)
@@ -222,7 +223,8 @@ def split_member(name: str) -> tuple[str, str] | None:
 class SampleBatcher:
     """Stacks consecutive samples with the same keys, shapes and dtypes into one chunk."""
 
-    chunk_bytes: int = CHUNK_BYTES
+    chunk_bytes: int = 0
+    """Flush at this many bytes (0: :data:`CHUNK_BYTES` at the time of the flush)."""
     _start: int = 0
     _rows: int = 0
     _sig: tuple[Any, ...] | None = None
@@ -235,7 +237,9 @@ class SampleBatcher:
         """Add sample ``ordinal`` (its numeric arrays by key); yields full chunks."""
         sig = tuple(sorted((k, a.shape, a.dtype.str) for k, a in sample.items()))
         contiguous = ordinal == self._start + self._rows
-        if self._rows and (sig != self._sig or not contiguous or self._bytes >= self.chunk_bytes):
+        if self._rows and (
+            sig != self._sig or not contiguous or self._bytes >= (self.chunk_bytes or CHUNK_BYTES)
+        ):
             yield self._flush()
         if not sample:
             return

@@ -49,9 +49,17 @@ def load_pt(source: str | bytes) -> Any:
             return torch.load(target, map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as exc:
         if "weights only" in str(exc).lower():
-            first = str(exc).strip().splitlines()[-1][:200]
-            raise pickle_error(f"content beyond tensors ({first})") from exc
+            raise pickle_error(f"a pickled object beyond tensors{_unpickler_detail(exc)}") from exc
         raise TensorFileError(f"not a loadable torch file: {exc}") from exc
+
+
+def _unpickler_detail(exc: Exception) -> str:
+    """torch's one useful line ("Unsupported global: GLOBAL builtins.exec ...") if present."""
+    for line in str(exc).splitlines():
+        if "WeightsUnpickler error:" in line:
+            detail = line.split("WeightsUnpickler error:", 1)[1].split(" was not", 1)[0].strip()
+            return f" ({detail[:120]})"
+    return ""
 
 
 def _dtype_name(t: Any) -> str:
