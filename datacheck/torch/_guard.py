@@ -18,14 +18,11 @@ Every action is a line in a JSON Lines log (one file per rank).
 from __future__ import annotations
 
 import enum
-import json
 import math
 import statistics
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +30,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from datacheck.errors import DatacheckError, UsageError
 from datacheck.torch import _dist
+from datacheck.torch._guard_log import EventLog, bad_steps, name_samples
 from datacheck.torch._snapshots import SnapshotStore, capture_rng, restore_rng
 
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
@@ -244,7 +242,7 @@ class TrainingGuard:
         self._log_path = (
             _dist.rank_path(cfg.log, self.world.rank, self.world.size) if cfg.log else None
         )
-        self._log = self._log_path.open("a", encoding="utf-8") if self._log_path else None
+        self._log = EventLog(self._log_path) if self._log_path else None
         self.step_count = 0
         self._bad_streak = self._overflow_streak = self._rollbacks = 0
         self._healthy_since_warning = self._healthy_since_cut = self._good_since_snapshot = 0
@@ -502,7 +500,7 @@ class TrainingGuard:
         bad = [e for e in plan.events if e["severity"] != "info"]
         if bad and (indices is not None or sample_losses is not None):
             bad[0].update(
-                _name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor)
+                name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor)
             )
         for event in plan.events:
             self._write({"step": step, "rank": self.world.rank, "action": plan.action.value,
@@ -519,59 +517,13 @@ class TrainingGuard:
         return result
 
     def _write(self, record: dict[str, Any]) -> None:
-        if self._log is None:
-            return
-        record = {"time": round(time.time(), 3), **record}
-        self._log.write(json.dumps(_json_safe(record), allow_nan=False) + "\n")
-        self._log.flush()
+        if self._log is not None:
+            self._log.write(record)
 
     def close(self) -> None:
         """Close the event log."""
         if self._log is not None:
             self._log.close()
-            self._log = None
 
     def __repr__(self) -> str:
         return f"TrainingGuard(step={self.step_count}, rank={self.world.rank}/{self.world.size}, {asdict(self.config)})"
-
-
-def _name_samples(indices: Sequence[int] | None, sample_losses: torch.Tensor | None,
-                  level: float | None, factor: float) -> dict[str, Any]:  # fmt: skip
-    """Dataset indices behind a bad step: non-finite or spiking per-sample losses."""
-    out: dict[str, Any] = {}
-    idx = list(indices) if indices is not None else None
-    if idx is not None:
-        out["indices"] = idx[:1000]
-    if sample_losses is None:
-        return out
-    values = sample_losses.detach().float().reshape(-1).tolist()
-    names = idx if idx is not None and len(idx) == len(values) else list(range(len(values)))
-    samples = [{"index": names[i], "check": "nonfinite_loss", "loss": v}
-               for i, v in enumerate(values) if not math.isfinite(v)]  # fmt: skip
-    if not samples and level:
-        samples = [{"index": names[i], "check": "loss_spike", "loss": v}
-                   for i, v in enumerate(values) if v >= factor * level]  # fmt: skip
-    out["samples"] = samples[:1000]
-    return out
-
-
-def _json_safe(obj: Any) -> Any:
-    """NaN/Inf become strings so every line is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
-def bad_steps(log: str | Path) -> set[int]:
-    """Steps a guard log recorded as skipped, so a restarted job can skip them too."""
-    steps: set[int] = set()
-    with Path(log).open(encoding="utf-8") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
-                steps.add(int(rec["step"]))
-    return steps

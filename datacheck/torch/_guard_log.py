@@ -1,0 +1,78 @@
+"""The training guard's JSON Lines event log, and naming the samples behind an event."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["EventLog", "bad_steps", "name_samples"]
+
+
+class EventLog:
+    """Append-only JSON Lines file; each line is flushed as it is written."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh: Any = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Write one record (NaN/Inf become the strings "nan"/"inf" so lines stay strict JSON)."""
+        if self._fh is None:
+            return
+        line = json.dumps(_json_safe({"time": round(time.time(), 3), **record}), allow_nan=False)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def name_samples(indices: Sequence[int] | None, sample_losses: torch.Tensor | None,
+                  level: float | None, factor: float) -> dict[str, Any]:  # fmt: skip
+    """Dataset indices behind a bad step: non-finite or spiking per-sample losses."""
+    out: dict[str, Any] = {}
+    idx = list(indices) if indices is not None else None
+    if idx is not None:
+        out["indices"] = idx[:1000]
+    if sample_losses is None:
+        return out
+    values = sample_losses.detach().float().reshape(-1).tolist()
+    names = idx if idx is not None and len(idx) == len(values) else list(range(len(values)))
+    samples = [{"index": names[i], "check": "nonfinite_loss", "loss": v}
+               for i, v in enumerate(values) if not math.isfinite(v)]  # fmt: skip
+    if not samples and level:
+        samples = [{"index": names[i], "check": "loss_spike", "loss": v}
+                   for i, v in enumerate(values) if v >= factor * level]  # fmt: skip
+    out["samples"] = samples[:1000]
+    return out
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN/Inf become strings so every line is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def bad_steps(log: str | Path) -> set[int]:
+    """Steps a guard log recorded as skipped, so a restarted job can skip them too."""
+    steps: set[int] = set()
+    with Path(log).open(encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
+                steps.add(int(rec["step"]))
+    return steps
