@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from datacheck import findings as fnd
 from datacheck._discover import discover, plan_units
+from datacheck._drift import needs_profile, profile_findings
 from datacheck._execute import EXECUTORS, default_workers, run_units
 from datacheck._resume import Journal
 from datacheck._unit import UnitResult, scan_unit
@@ -47,6 +48,9 @@ class ScanConfig:
     """A ``dask.distributed.Client`` to run on (left open); implies ``distributed``."""
     resume: bool = False
     """Skip the units an interrupted scan into the same ``out`` folder already finished."""
+    profile: bool = False
+    """Profile every column (moments and quantile sketches) into ``profile.json``; moments are
+    always collected when the schema has ``reference_stats`` or ``normalized`` columns."""
 
     def __post_init__(self) -> None:
         if self.fail_on not in FAIL_ON:
@@ -86,10 +90,12 @@ def _schema_in_worker(spec: str) -> CompiledSchema | None:
     return load_schema(spec)
 
 
-def _run_unit(unit: Any, schema: Any, parts_dir: str | None) -> UnitResult:
+def _run_unit(
+    unit: Any, schema: Any, parts_dir: str | None, profile: bool = False, sketch: bool = False
+) -> UnitResult:
     """The picklable unit function: a schema given as a string is loaded once per worker."""
     compiled = _schema_in_worker(schema) if isinstance(schema, str) else schema
-    return scan_unit(unit, compiled, parts_dir)
+    return scan_unit(unit, compiled, parts_dir, profile=profile, sketch=sketch)
 
 
 def _file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
@@ -239,7 +245,9 @@ def scan(
     worker_schema = schema if isinstance(schema, (str, Path)) and schema else compiled
     if isinstance(worker_schema, Path):
         worker_schema = str(worker_schema)
-    fn = partial(_run_unit, schema=worker_schema, parts_dir=str(parts))
+    profiling = config.profile or needs_profile(compiled)
+    fn = partial(_run_unit, schema=worker_schema, parts_dir=str(parts), profile=profiling,
+                 sketch=config.profile)  # fmt: skip
     start = time.perf_counter()
     workers = config.workers or default_workers()
     running = run_units(fn, todo, config.executor, workers, **config.run_options())
@@ -254,6 +262,9 @@ def scan(
         journal.close()
     entries = _file_entries(results)
     extra = shard_dtype_findings(entries, dict(files))
+    if profiling:
+        corrupt = {e["path"] for e in entries if e["status"] == "corrupt"}
+        extra += profile_findings(out_dir, results, compiled, dict(files), corrupt, config.profile)
     _apply_extra(entries, extra)
     _write_manifest(out_dir, results, extra)
     journal.finish()

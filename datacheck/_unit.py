@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from datacheck import findings as fnd
 from datacheck._columns import FlatColumn, flatten, is_numeric, leaf_type
+from datacheck._profile import ColumnProfile, Profiler
 from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
@@ -48,6 +49,8 @@ class UnitResult:
     part_file: str | None = None
     table: pa.Table | None = None
     seconds: float = 0.0
+    profile: dict[str, dict[str, Any]] | None = None
+    """Per-column statistics (``ColumnProfile.state()``: plain, small), when the scan profiles."""
 
 
 class _Collector:
@@ -79,16 +82,20 @@ class _Collector:
             self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
 
 
-def _column_hits(arr: pa.Array, rules: ColumnRules) -> list[Hits]:
+def _column_hits(arr: pa.Array, rules: ColumnRules, prof: ColumnProfile | None = None) -> list[Hits]:
     t = arr.type
     if is_numeric(leaf_type(t)):
         flat: FlatColumn = flatten(arr)
+        if prof is not None:
+            prof.observe(arr, flat)
         out = check_values(flat.values, flat.valid, flat.rowmap, rules)
         if flat.row_nulls is not None and rules.null is not None:
             h = group_by_row("null", rules.null, flat.row_nulls, RowMap(len(arr)), None)
             if h is not None:
                 out.insert(0, h)
         return out
+    if prof is not None:
+        prof.observe(arr)
     if rules.null is not None and arr.null_count:
         h = group_by_row("null", rules.null, np.asarray(arr.is_null()), RowMap(len(arr)), None)
         return [h] if h is not None else []
@@ -135,7 +142,9 @@ def _check_tensors(chunk: Chunk, schema: CompiledSchema | None, col: _Collector)
             col.hits(key, h, chunk.row_offset)
 
 
-def _check_chunk(chunk: Chunk, schema: CompiledSchema | None, col: _Collector) -> None:
+def _check_chunk(
+    chunk: Chunk, schema: CompiledSchema | None, col: _Collector, profiler: Profiler | None = None
+) -> None:
     if chunk.tensors is not None:
         _check_tensors(chunk, schema, col)
     batch = chunk.batch
@@ -148,8 +157,9 @@ def _check_chunk(chunk: Chunk, schema: CompiledSchema | None, col: _Collector) -
         rules = schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
         offset = chunk.row_offset
+        prof = profiler.column(name) if profiler is not None else None
         for arr in chunks:
-            for h in _column_hits(arr, rules):
+            for h in _column_hits(arr, rules, prof):
                 col.hits(name, h, offset)
             if rules.pandas_checks:
                 for h in _pandas_hits(arr, name, rules):
@@ -180,8 +190,13 @@ def scan_unit(
     schema: CompiledSchema | None,
     parts_dir: str | None = None,
     options: dict[str, Any] | None = None,
+    profile: bool = False,
+    sketch: bool = False,
 ) -> UnitResult:
-    """Scan one unit; findings go to ``parts_dir/<n>.parquet`` or stay in the result."""
+    """Scan one unit; findings go to ``parts_dir/<n>.parquet`` or stay in the result.
+
+    ``profile`` also collects per-column statistics (``sketch``: with quantile sketches).
+    """
     start = time.perf_counter()
     col = _Collector(unit.path)
     res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
@@ -201,8 +216,9 @@ def scan_unit(
         if schema is not None and unit.part == 0 and tabular:
             for f in schema_findings(unit, res.columns, schema):
                 col.finding(f)
+        profiler = Profiler(sketch) if profile else None
         for chunk in _guarded(opened.chunks, errors):
-            _check_chunk(chunk, schema, col)
+            _check_chunk(chunk, schema, col, profiler)
             res.rows += chunk.num_rows
         if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
             errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
@@ -211,6 +227,8 @@ def scan_unit(
             if schema is not None and schema.tensors is not None and unit.part == 0 and not errors:
                 shapes = opened.extra.get("shapes")
                 col.findings(schema.tensors.file_findings(unit.path, res.columns, shapes))
+        if profiler is not None:
+            res.profile = {name: p.state() for name, p in profiler.columns.items()}
     if errors:
         res.corrupt = errors[0]
         col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))

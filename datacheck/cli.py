@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from datacheck.errors import DatacheckError, UsageError
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("datacheck._logs", "datacheck._report_cli")
+_SUBCOMMAND_MODULES: tuple[str, ...] = ("datacheck._logs", "datacheck._report_cli", "datacheck._infer")
 """Modules exposing ``add_parser(subparsers)`` for extra subcommands (e.g. ``logs``)."""
 
 

@@ -23,7 +23,16 @@ from typing import Any
 import numpy as np
 
 from datacheck.checks._registry import BF16_MAX, FP16_MAX, Severity
-from datacheck.checks._rules import Allowed, Bound, ColumnRules, Range, default_rules
+from datacheck.checks._rules import (
+    ZSCORE_MAX,
+    Allowed,
+    Bound,
+    ColumnRules,
+    Normalized,
+    Range,
+    Reference,
+    default_rules,
+)
 from datacheck.errors import SchemaError
 
 __all__ = ["CompiledSchema", "compile_schema", "load_schema"]
@@ -60,10 +69,38 @@ def _register_checks() -> None:
         """The value stays finite after a cast to bfloat16."""
         return ~(pandas_obj.abs() > BF16_MAX)
 
+    @ext.register_check_method(
+        statistics=["mean", "std", "zscore_max", "max_mean_shift", "max_std_ratio"]
+    )
+    def reference_stats(  # type: ignore[no-untyped-def]
+        pandas_obj, *, mean, std, zscore_max=None, max_mean_shift=None, max_std_ratio=None
+    ):
+        """|x - mean| <= zscore_max * std (default 6); datacheck scans also check shard drift."""
+        z = ZSCORE_MAX if zscore_max is None else float(zscore_max)
+        if not float(std) > 0 or np.isinf(z):
+            return pandas_obj.notna() | pandas_obj.isna()
+        return ~((pandas_obj.astype("float64") - float(mean)).abs() > z * float(std))
+
+    @ext.register_check_method(statistics=["mean", "std", "max_mean_shift", "max_std_ratio"])
+    def normalized(  # type: ignore[no-untyped-def]
+        pandas_obj, *, mean=None, std=None, max_mean_shift=None, max_std_ratio=None
+    ):
+        """The column is standardised: its mean and std are close to ``mean``/``std`` (0/1)."""
+        from datacheck._drift import normalization_problem
+
+        stats = {"mean": mean, "std": std, "max_mean_shift": max_mean_shift,
+                 "max_std_ratio": max_std_ratio}  # fmt: skip
+        spec = Normalized.from_stats(stats, Severity.ERROR)
+        x = pandas_obj.astype("float64")
+        x = x[np.isfinite(x)]
+        return x.size < 2 or normalization_problem(spec, float(x.mean()), float(x.std(ddof=0))) is None
+
     _register_checks.done = True  # type: ignore[attr-defined]
 
 
-DATACHECK_CHECKS = ("finite", "max_abs", "fp16_safe", "bf16_safe")
+DATACHECK_CHECKS = (
+    "finite", "max_abs", "fp16_safe", "bf16_safe", "reference_stats", "normalized",
+)  # fmt: skip
 _RANGE_CHECKS = {
     "in_range": lambda s: Range(
         "out_of_range",
@@ -123,11 +160,24 @@ def _compile_column(name: str, column: Any) -> ColumnSpec:
     ranges: list[Range] = []
     allowed: list[Allowed] = []
     pandas_checks: list[Any] = []
+    reference: Reference | None = None
+    normalized: Normalized | None = None
     for check in column.checks:
         stats = dict(check.statistics or {})
         sev = _severity(check)
         if check.name == "finite":
             continue  # nan/inf are always checked on float columns
+        if check.name in ("reference_stats", "normalized") and numeric:
+            try:
+                if check.name == "normalized":
+                    normalized = Normalized.from_stats(stats, sev)
+                    continue
+                reference = Reference.from_stats(stats, sev)
+            except ValueError as exc:
+                raise SchemaError(f"column {name!r}, check {check.name!r}: {exc}") from None
+            if (zrange := reference.zscore_range()) is not None:
+                ranges.append(zrange)
+            continue
         if check.name == "max_abs" and numeric:
             bounds.append(Bound(float(stats["max_abs"]), "extreme", sev))
         elif check.name in ("fp16_safe", "bf16_safe") and numeric:
@@ -151,6 +201,8 @@ def _compile_column(name: str, column: Any) -> ColumnSpec:
         allowed=tuple(allowed),
         dtype=dtype,
         pandas_checks=tuple(pandas_checks),
+        reference=reference,
+        normalized=normalized,
     )
     return ColumnSpec(name, rules, required=bool(column.required), numeric=numeric)
 

@@ -1,0 +1,352 @@
+"""``datacheck infer``: profile trusted data in one streaming pass and write a pandera schema.
+
+The pass is an ordinary scan with profiling on (same readers, same executors, quantile sketches
+merged across units and workers).  The schema it writes is pandera YAML, readable and commented
+for hand editing, with datacheck's checks:
+
+* ``finite`` on float columns (NaN and +/-Inf are errors);
+* ``nullable`` as observed (a column with any null is nullable);
+* ``in_range``: the observed range widened by ``margin`` of its span on each side (not below 0
+  for a column that never was negative), as a warning;
+* ``reference_stats``: the observed mean and std, with the value-level z-score bound
+  (``extreme``) and the shard ``drift`` thresholds written out explicitly;
+* ``normalized`` on the columns that should be standardised (``--normalized``; by default every
+  scalar float column when most of them already look standardised).
+
+It loads back through :func:`datacheck.load_schema` and through pandera's
+``DataFrameSchema.from_yaml`` (after ``datacheck.schema`` has registered its checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datacheck.checks._rules import ZSCORE_MAX, Normalized, Reference
+from datacheck.errors import UsageError
+
+__all__ = ["InferConfig", "InferResult", "add_parser", "infer"]
+
+_ARROW_TO_PANDERA = {
+    "double": "float64", "float": "float32", "halffloat": "float16", "bool": "bool",
+    **{f"{s}int{b}": f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64)},
+}  # fmt: skip
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferConfig:
+    """Settings of ``datacheck infer``; validated on construction."""
+
+    normalized: str | Sequence[str] = "auto"
+    """``auto``, ``none``, or the columns that should be standardised."""
+    margin: float = 0.1
+    """Widen the observed range by this fraction of its span on each side."""
+    zscore_max: float = ZSCORE_MAX
+    """Value-level z-score bound written into ``reference_stats``."""
+    workers: int | None = None
+    """Parallel workers for the profiling pass (default: one per core)."""
+    executor: str = "auto"
+    """Executor of the profiling pass (as for ``scan``)."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.margin < math.inf):
+            raise UsageError(f"margin must be >= 0, got {self.margin!r}")
+        if not self.zscore_max > 0:
+            raise UsageError(f"zscore_max must be > 0, got {self.zscore_max!r}")
+        if isinstance(self.normalized, str) and self.normalized not in ("auto", "none"):
+            raise UsageError(
+                f"normalized {self.normalized!r}: pass 'auto', 'none' or a list of columns"
+            )
+
+
+@dataclass
+class InferResult:
+    """The inferred schema text, and notes worth showing the user."""
+
+    text: str
+    files: int
+    rows: int
+    columns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Column -> merged statistics (``profile.json``'s ``columns``) plus ``dtype``."""
+    notes: list[str] = field(default_factory=list)
+
+
+def _num(x: float, sig: int = 6) -> str:
+    """A float as YAML 1.1 reads it back as a float (PyYAML needs ``1.0e-07``, not ``1e-07``)."""
+    text = repr(float(f"{x:.{sig}g}"))
+    if "e" in text and "." not in text.split("e")[0]:
+        text = text.replace("e", ".0e")
+    return text
+
+
+def _bound(x: float, integer: bool) -> str:
+    return str(int(x)) if integer and abs(x) < 2**53 else _num(x, 12)
+
+
+def _quantum(scale: float, digits: int = 5) -> float:
+    return 10.0 ** (math.floor(math.log10(scale)) - digits) if scale > 0 else 1e-12
+
+
+def _range(stats: dict[str, Any], margin: float, integer: bool) -> tuple[float, float]:
+    """The observed range widened by ``margin`` of its span, rounded outward."""
+    lo, hi = float(stats["min"]), float(stats["max"])
+    span = hi - lo
+    pad = margin * (span if span > 0 else max(abs(hi), 1.0))
+    lower, upper = lo - pad, hi + pad
+    if lo >= 0 > lower:
+        lower = 0.0
+    if integer:
+        return float(math.floor(lower)), float(math.ceil(upper))
+    q = _quantum(max(abs(lower), abs(upper), span))
+    return math.floor(lower / q) * q, math.ceil(upper / q) * q
+
+
+def _key(name: str) -> str:
+    import json
+
+    if _PLAIN_KEY.match(name) and name.lower() not in _YAML_WORDS:
+        return name
+    return json.dumps(name)
+
+
+def _dtype(arrow: str) -> str | None:
+    return _ARROW_TO_PANDERA.get(arrow)
+
+
+def _is_float(arrow: str) -> bool:
+    return arrow in ("double", "float", "halffloat") or (
+        "list" in arrow and any(t in arrow for t in ("double", "float"))
+    )
+
+
+def _looks_normalized(stats: dict[str, Any]) -> bool:
+    from datacheck._drift import normalization_problem
+
+    if stats.get("mean") is None or not stats.get("finite"):
+        return False
+    return normalization_problem(Normalized(), stats["mean"], stats["std"]) is None
+
+
+def _normalized_columns(
+    config: InferConfig, dtypes: dict[str, str], stats: dict[str, dict[str, Any]]
+) -> set[str]:
+    if config.normalized == "none":
+        return set()
+    if config.normalized != "auto":
+        wanted = [config.normalized] if isinstance(config.normalized, str) else config.normalized
+        unknown = sorted(set(wanted) - set(dtypes))
+        if unknown:
+            raise UsageError(
+                f"--normalized: no column {', '.join(map(repr, unknown))} in the data; "
+                f"columns: {', '.join(sorted(dtypes))}"
+            )
+        return set(wanted)
+    floats = [c for c, t in dtypes.items() if t in ("double", "float", "halffloat")]
+    looks = [c for c in floats if _looks_normalized(stats.get(c, {}))]
+    if len(floats) >= 2 and len(looks) * 2 > len(floats):
+        return set(floats)
+    return set()
+
+
+def _stats_comment(arrow: str, s: dict[str, Any]) -> list[str]:
+    lines = [
+        f"# {arrow} | rows {s['rows']:,} | values {s['values']:,} | nulls {s['nulls']:,}"
+        + (f" | NaN {s['nan']:,} | Inf {s['inf']:,}" if s.get("min") is not None else "")
+    ]
+    if s.get("min") is not None:
+        q = s.get("quantiles") or {}
+        parts = [f"min {_num(s['min'], 4)}"] + [f"{k} {_num(v, 4)}" for k, v in q.items()]
+        parts += [f"max {_num(s['max'], 4)}", f"mean {_num(s['mean'], 4)}"]
+        parts.append(f"std {_num(s['std'], 4)}")
+        lines.append("# " + "  ".join(parts))
+    return lines
+
+
+def _reference_lines(s: dict[str, Any], zscore_max: float) -> list[str]:
+    std = float(s["std"])
+    mean_q = _quantum(std, 4) if std > 0 else _quantum(abs(s["mean"]) or 1.0, 9)
+    mean = round(float(s["mean"]) / mean_q) * mean_q
+    ref = Reference
+    return [
+        f"- mean: {_num(mean, 12)}",
+        f"  std: {_num(std)}",
+        f"  zscore_max: {_num(zscore_max)}      # value-level `extreme`: |x - mean| > zscore_max * std",
+        f"  max_mean_shift: {_num(ref.max_mean_shift)}  # `drift`: a shard's mean moved more than this many std",
+        f"  max_std_ratio: {_num(ref.max_std_ratio)}   # `drift`: a shard's std is off by more than this factor",
+        "  options: {check_name: reference_stats}",
+    ]
+
+
+def _normalized_lines(name: str, s: dict[str, Any], notes: list[str]) -> list[str]:
+    n = Normalized()
+    out = []
+    if not _looks_normalized(s):
+        msg = (
+            f"column {name!r} is marked normalized but is not standardised in this data "
+            f"(mean {_num(s['mean'], 4)}, std {_num(s['std'], 4)}): scans will report "
+            "`unnormalized` until it is; delete the check if the column is meant raw"
+        )
+        notes.append(msg)
+        out.append(f"# NOTE: {msg}")
+    return out + [
+        f"- mean: {_num(n.mean)}",
+        f"  std: {_num(n.std)}",
+        f"  max_mean_shift: {_num(n.max_mean_shift)}  # `unnormalized`: mean further than this many std from mean",
+        f"  max_std_ratio: {_num(n.max_std_ratio)}   # `unnormalized`: std off by more than this factor",
+        "  options: {check_name: normalized}",
+    ]
+
+
+def _column_lines(
+    name: str,
+    arrow: str,
+    s: dict[str, Any],
+    normalized: bool,
+    config: InferConfig,
+    notes: list[str],
+) -> list[str]:
+    dtype = _dtype(arrow)
+    numeric = s.get("min") is not None
+    lines = _stats_comment(arrow, s)
+    if dtype is None:
+        lines.append(f"# no pandera dtype for {arrow}: not enforced"
+                     + ("; checks apply to every element" if "list" in arrow else ""))  # fmt: skip
+    lines += [f"dtype: {dtype or 'null'}", f"nullable: {'true' if s['nulls'] else 'false'}"]
+    checks: list[str] = []
+    if _is_float(arrow):
+        if s["nan"] or s["inf"]:
+            notes.append(f"column {name!r}: {s['nan']} NaN and {s['inf']} Inf in the sample")
+        checks += ["- options: {check_name: finite}  # NaN and +/-Inf are errors"]
+    if numeric and dtype != "bool":
+        integer = not _is_float(arrow)
+        lo, hi = _range(s, config.margin, integer)
+        pct = f"{config.margin * 100:g}%"
+        checks += [
+            f"- min_value: {_bound(lo, integer)}  # observed [{_num(s['min'], 6)}, {_num(s['max'], 6)}], widened by {pct} of the span",
+            f"  max_value: {_bound(hi, integer)}",
+            "  options: {check_name: in_range, raise_warning: true}  # a warning; drop raise_warning to make it an error",
+        ]
+        checks += _reference_lines(s, config.zscore_max)
+    if normalized and numeric:
+        checks += _normalized_lines(name, s, notes)
+    if checks:
+        lines += ["checks:"] + ["  " + c for c in checks]
+    return [f"  {_key(name)}:"] + ["    " + ln for ln in lines]
+
+
+def _column_dtypes(files: list[dict[str, Any]]) -> dict[str, str]:
+    """The majority Arrow type of every column over readable files, in first-seen order."""
+    seen: dict[str, Counter[str]] = {}
+    for f in files:
+        for col, dt in (f.get("columns") or {}).items():
+            seen.setdefault(col, Counter())[dt] += 1
+    return {col: c.most_common(1)[0][0] for col, c in seen.items()}
+
+
+def _header(paths: list[str], files: int, rows: int) -> list[str]:
+    from datacheck import __version__
+
+    return [
+        f"# pandera schema inferred by datacheck {__version__} from {files} file(s), {rows:,} rows:",
+        *[f"#   {p}" for p in paths[:10]],
+        *(["#   ..."] if len(paths) > 10 else []),
+        "# Edit freely. Enforce it with: datacheck scan DATA --schema THIS_FILE",
+        "# Column checks: `reference_stats` gives value-level `extreme` (z-score) and per-shard",
+        "# `drift` (mean shift / std ratio / constant / all null); `normalized` gives `unnormalized`.",
+        "schema_type: dataframe",
+        "columns:",
+    ]
+
+
+def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
+          config: InferConfig | None = None, **overrides: Any) -> InferResult:  # fmt: skip
+    """Profile ``paths`` in one streaming pass and build a commented pandera YAML schema.
+
+    Args:
+        paths: files, directories or globs of trusted data.
+        out: write the schema there (else only return it).
+        config: settings; keyword overrides (``normalized=``, ``margin=``, ...) build one.
+
+    Raises:
+        InputError, UsageError: for bad inputs or settings.
+    """
+    from datacheck._profile import read_profile
+    from datacheck._scan import scan
+
+    config = config or InferConfig(**overrides)
+    inputs = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
+    with tempfile.TemporaryDirectory(prefix="datacheck-infer-") as tmp:
+        report = scan(inputs, out=tmp, profile=True, fail_on="never",
+                      workers=config.workers, executor=config.executor)  # fmt: skip
+        stats = read_profile(tmp)["columns"]
+        readable = [f for f in report.data["files"] if f["status"] != "corrupt"]
+    dtypes = _column_dtypes(readable)
+    normalized = _normalized_columns(config, dtypes, stats)
+    notes = [f"{f['path']}: unreadable ({f['error']}); left out" for f in report.data["files"]
+             if f["status"] == "corrupt"]  # fmt: skip
+    rows = sum(f["rows"] for f in readable)
+    lines = _header(inputs, len(readable), rows)
+    for name, arrow in dtypes.items():
+        s = stats.get(name) or {"rows": 0, "values": 0, "nulls": 0, "nan": 0, "inf": 0}
+        lines += _column_lines(name, arrow, s, name in normalized, config, notes)
+    text = "\n".join(lines) + "\n"
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+    columns = {n: {"dtype": dtypes[n], **stats.get(n, {})} for n in dtypes}
+    return InferResult(text, len(readable), rows, columns, notes)
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``datacheck infer``."""
+    p = sub.add_parser("infer", help="profile trusted data and write a pandera schema", description=(
+        "Profile files in one streaming pass (dtype, nulls, NaN/Inf, min/max, mean/std, "
+        "quantiles) and write a commented pandera YAML schema with datacheck checks."))  # fmt: skip
+    p.add_argument("paths", nargs="+", help="files, directories (recursive) or globs")
+    p.add_argument(
+        "--out", default="schema.yaml", help="schema file to write (default: %(default)s)"
+    )
+    p.add_argument("--normalized", default="auto",
+                   help="columns that should be standardised: auto, none, or a comma-separated "
+                        "list (default: %(default)s: every scalar float column when most look "
+                        "standardised)")  # fmt: skip
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.1,
+        help="widen observed ranges by this fraction of the span (default: %(default)s)",
+    )
+    p.add_argument(
+        "--zscore-max",
+        type=float,
+        default=ZSCORE_MAX,
+        help="value-level z-score bound (default: %(default)s)",
+    )
+    p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
+    p.add_argument("--executor", default="auto", help="auto | inprocess | processes | distributed")
+    p.set_defaults(func=_run_infer)
+
+
+def _run_infer(args: argparse.Namespace) -> int:
+    normalized: str | list[str] = args.normalized
+    if normalized not in ("auto", "none"):
+        normalized = [c.strip() for c in args.normalized.split(",") if c.strip()]
+    config = InferConfig(normalized=normalized, margin=args.margin, zscore_max=args.zscore_max,
+                         workers=args.workers, executor=args.executor)  # fmt: skip
+    result = infer(args.paths, out=args.out, config=config)
+    print(f"schema for {len(result.columns)} columns inferred from {result.files} file(s), "
+          f"{result.rows:,} rows: {args.out}")  # fmt: skip
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"next: datacheck scan DATA --schema {args.out}")
+    return 0

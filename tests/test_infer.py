@@ -1,0 +1,166 @@
+"""``datacheck infer``: the schema it writes, its round trip through pandera, and the workflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import datacheck
+from datacheck._infer import infer
+
+ROWS = 3000
+FEATURES = ("f0", "f1", "f2", "f3")
+
+
+def _dataset(root: Path, clean: int = 6, scaled: bool = True, seed: int = 0) -> list[Path]:
+    """Standardised features, a never-standardised ``raw``, labels, names, embeddings.
+
+    The last shard (when ``scaled``) has every float column x1000.
+    """
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(clean + int(scaled)):
+        cols: dict[str, object] = {
+            f: rng.standard_normal(ROWS).astype(np.float32) for f in FEATURES
+        }
+        cols["raw"] = rng.normal(50, 20, ROWS)
+        cols["label"] = rng.integers(0, 10, ROWS)
+        cols["name"] = pa.array(np.array(["a", "b", None], dtype=object)[rng.integers(0, 3, ROWS)])
+        cols["emb"] = pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(ROWS * 4)), 4)
+        if i == clean:
+            for f in (*FEATURES, "raw"):
+                cols[f] = cols[f] * 1000  # type: ignore[operator]
+        path = root / f"shard{i}.parquet"
+        pq.write_table(pa.table(cols), path)
+        paths.append(path)
+    return paths
+
+
+def _run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "datacheck", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.slow
+def test_done_means_infer_then_scan_reports_exactly_the_scaled_shard_and_raw_column(
+    tmp_path: Path,
+) -> None:
+    paths = _dataset(tmp_path / "data")
+    clean, scaled = paths[:-1], paths[-1]
+    schema = tmp_path / "schemas" / "train.yaml"
+    inferred = _run("infer", *clean, "--out", schema)
+    assert inferred.returncode == 0, inferred.stderr
+    assert "'raw' is marked normalized but is not standardised" in inferred.stderr
+    result = _run("scan", tmp_path / "data", "--schema", schema, "--out", tmp_path / "rep",
+                  "--no-progress")  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    report = datacheck.load_report(tmp_path / "rep")
+    f = report.findings
+    f["shard"] = [Path(p).name for p in f.path]
+    drift = f[f.check == "drift"]
+    assert set(drift.shard) == {scaled.name}
+    assert set(drift.column) == {*FEATURES, "raw"}  # the scaled columns, one finding each
+    assert drift.groupby("column").size().eq(1).all()
+    unnorm = f[f.check == "unnormalized"]
+    assert set(unnorm.loc[unnorm.shard != scaled.name, "column"]) == {"raw"}
+    assert set(unnorm.loc[unnorm.column == "raw", "shard"]) == {p.name for p in paths}
+    on_clean = f[f.shard != scaled.name]
+    assert set(zip(on_clean.column, on_clean.check, strict=True)) == {("raw", "unnormalized")}
+    assert len(on_clean) == len(clean)  # one per clean shard, nothing else
+    assert (tmp_path / "rep" / "profile.json").exists()
+
+
+def test_schema_round_trips_through_datacheck_and_pandera(tmp_path: Path) -> None:
+    paths = _dataset(tmp_path / "data", clean=3, scaled=False)
+    out = tmp_path / "s.yaml"
+    result = infer(paths, out=out, executor="inprocess")
+    text = out.read_text()
+    assert text == result.text and text.startswith("# pandera schema inferred by datacheck")
+    assert "# float | rows 9,000" in text and "p50" in text  # commented statistics
+    compiled = datacheck.load_schema(out)
+    f0 = compiled.columns["f0"].rules
+    assert f0.reference is not None and f0.normalized is not None
+    assert f0.reference.mean == pytest.approx(result.columns["f0"]["mean"], abs=1e-3)
+    assert any(r.check == "extreme" for r in f0.ranges)
+    assert compiled.columns["label"].rules.normalized is None
+    import pandera.pandas as pa_
+
+    schema = pa_.DataFrameSchema.from_yaml(text)
+    assert schema.columns["name"].nullable and not schema.columns["f0"].nullable
+    assert str(schema.columns["label"].dtype) == "int64"
+    frame = pq.read_table(paths[0]).to_pandas()
+    scalar = frame.drop(columns=["emb", "name", "raw"])
+    schema.select_columns(list(scalar.columns)).validate(scalar)  # clean data passes in pandera
+    assert (
+        yaml.safe_load(text)["columns"]["raw"]["checks"][-1]["options"]["check_name"]
+        == "normalized"
+    )
+
+
+def test_ranges_margin_nullable_and_finite(tmp_path: Path) -> None:
+    t = pa.table({
+        "pos": pa.array([0.5, 1.0, 2.0, 10.5]), "n": pa.array([1.0, None, 3.0, 4.0]),
+        "i": pa.array([3, 5, 7, 9], pa.int32()), "big": pa.array([1e-7, 2e-7, 3e-7, 4e-7]),
+    })  # fmt: skip
+    pq.write_table(t, tmp_path / "a.parquet")
+    result = infer(tmp_path / "a.parquet", margin=0.1, normalized="none", executor="inprocess")
+    doc = yaml.safe_load(result.text)["columns"]
+    ranges = {c: next(k for k in doc[c]["checks"] if k["options"]["check_name"] == "in_range")
+              for c in doc}  # fmt: skip
+    assert ranges["pos"]["min_value"] == 0.0 and ranges["pos"]["max_value"] == pytest.approx(11.5)
+    assert (ranges["i"]["min_value"], ranges["i"]["max_value"]) == (2, 10)
+    assert isinstance(ranges["big"]["max_value"], float)  # 4.3e-07 read back as a float
+    assert ranges["big"]["max_value"] >= 4e-7 and ranges["big"]["min_value"] <= 1e-7
+    assert doc["n"]["nullable"] is True and doc["pos"]["nullable"] is False
+    names = {c: [k["options"]["check_name"] for k in doc[c]["checks"]] for c in doc}
+    assert names["pos"][0] == "finite" and "finite" not in names["i"]
+    assert not any("normalized" in v for v in names.values())
+
+
+def test_normalized_option(tmp_path: Path) -> None:
+    paths = _dataset(tmp_path / "d", clean=1, scaled=False)
+    auto = infer(paths, executor="inprocess")
+    marked = {c for c in auto.columns if "normalized" in _checks(auto.text, c)}
+    assert marked == {*FEATURES, "raw"}
+    assert any("'raw'" in n for n in auto.notes)
+    chosen = infer(paths, normalized=["f1"], executor="inprocess")
+    assert {c for c in chosen.columns if "normalized" in _checks(chosen.text, c)} == {"f1"}
+    with pytest.raises(datacheck.UsageError, match="no column 'nope'"):
+        infer(paths, normalized=["nope"], executor="inprocess")
+    with pytest.raises(datacheck.UsageError, match="margin"):
+        infer(paths, margin=-1)
+
+
+def _checks(text: str, column: str) -> list[str]:
+    body = yaml.safe_load(text)["columns"][column]
+    return [c["options"]["check_name"] for c in body.get("checks") or []]
+
+
+def test_cli_infer_errors_and_help(tmp_path: Path) -> None:
+    missing = _run("infer", tmp_path / "nope", "--out", tmp_path / "s.yaml")
+    assert missing.returncode == 2 and missing.stderr.startswith("datacheck: error:")
+    assert not (tmp_path / "s.yaml").exists()
+    helped = _run("infer", "--help")
+    assert helped.returncode == 0 and "--normalized" in helped.stdout
+
+
+def test_column_names_needing_quotes(tmp_path: Path) -> None:
+    pd.DataFrame({"a b": [1.0, 2.0], "yes": [1.0, 3.0], "x:y": [2.0, 2.5]}).to_parquet(
+        tmp_path / "q.parquet"
+    )
+    result = infer(tmp_path / "q.parquet", out=tmp_path / "q.yaml", executor="inprocess")
+    assert set(yaml.safe_load(result.text)["columns"]) == {"a b", "yes", "x:y"}
+    assert set(datacheck.load_schema(tmp_path / "q.yaml").columns) == {"a b", "yes", "x:y"}
