@@ -40,7 +40,10 @@ _NON_EVENTS = {"step", "checkpoint", "lr_restored", "scaler_overflow", "data_ski
 
 def _new_figure(width: float, height: float) -> Figure:
     """A Figure outside pyplot's registry (Agg when there is no display)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:
+        raise UsageError("plots need matplotlib: pip install 'datacheck[notebook]'") from exc
 
     headless = sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
