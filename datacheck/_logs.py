@@ -284,7 +284,7 @@ class _Level:
 
 
 def analyze(hist: History, *, spike_factor: float = 10.0, grad_spike_factor: float | None = None,
-            window: int = 50, warmup: int = 10, persist: int = 3, lookback: int = 1000) -> Timeline:  # fmt: skip
+            window: int = 50, warmup: int = 10, persist: int = 3, lookback: int = 200) -> Timeline:  # fmt: skip
     """Find the warning, danger and NaN steps, the grad-norm precursor and where to restart."""
     gfactor = grad_spike_factor or spike_factor
     loss_lv, grad_lv = _Level(window, warmup), _Level(window, warmup)
@@ -317,10 +317,10 @@ def _conclude(hist: History, found: dict[str, Any], grad_spikes: list[tuple[floa
               lookback: int) -> Timeline:  # fmt: skip
     trouble = found.get("warning_step", found.get("nan_step"))
     if trouble is not None:
-        near = [(s, g) for s, g in grad_spikes if trouble - lookback <= s <= trouble]
-        if near:
-            found.update(precursor_step=near[0][0], precursor_grad_norm=near[0][1],
-                         precursor_lead=trouble - near[0][0])  # fmt: skip
+        onset = _precursor(grad_spikes, trouble, lookback)
+        if onset is not None:
+            found.update(precursor_step=onset[0], precursor_grad_norm=onset[1],
+                         precursor_lead=trouble - onset[0])  # fmt: skip
         first_sign = min(trouble, found.get("precursor_step", trouble))
         _restart(hist, found, first_sign)
     status = ("nan" if "nan_step" in found else "diverging" if "danger_step" in found
@@ -329,6 +329,20 @@ def _conclude(hist: History, found: dict[str, Any], grad_spikes: list[tuple[floa
     for ev in hist.events:
         counts[str(ev.get("kind"))] = counts.get(str(ev.get("kind")), 0) + 1
     return Timeline(status=status, steps=len(hist.steps), guard_events=counts, **found)
+
+
+def _precursor(
+    spikes: list[tuple[float, float]], trouble: float, gap: int
+) -> tuple[float, float] | None:
+    """Onset of the run of grad-norm spikes leading into the trouble (no gap over ``gap`` steps)."""
+    onset = None
+    for step, gnorm in reversed(spikes):
+        if step >= trouble:  # the same step is no early warning
+            continue
+        if step < (trouble if onset is None else onset[0]) - gap:
+            break
+        onset = (step, gnorm)
+    return onset
 
 
 def _restart(hist: History, found: dict[str, Any], first_sign: float) -> None:
@@ -412,6 +426,9 @@ def add_parser(subparsers: Any) -> None:
         default=10,
         help="readings before judging spikes (default: %(default)s)",
     )
+    p.add_argument("--lookback", type=int, default=200,
+                   help="largest gap in steps between grad-norm spikes, and to the loss warning, "
+                        "for them to count as its precursor (default: %(default)s)")  # fmt: skip
     p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format")
     p.set_defaults(func=run)
 
@@ -422,11 +439,11 @@ def run(args: argparse.Namespace) -> int:
         args.grad_spike_factor is not None and not args.grad_spike_factor > 1
     ):
         raise UsageError("logs: --spike-factor and --grad-spike-factor must be > 1 (e.g. 10)")
-    if args.window < 1 or args.warmup < 0:
-        raise UsageError("logs: --window must be >= 1 and --warmup >= 0")
+    if args.window < 1 or args.warmup < 0 or args.lookback < 0:
+        raise UsageError("logs: --window must be >= 1, --warmup and --lookback >= 0")
     hist = read_history(args.path)
     tl = analyze(hist, spike_factor=args.spike_factor, grad_spike_factor=args.grad_spike_factor,
-                 window=args.window, warmup=args.warmup)  # fmt: skip
+                 window=args.window, warmup=args.warmup, lookback=args.lookback)  # fmt: skip
     if args.output_format == "json":
         print(
             json.dumps(

@@ -146,6 +146,19 @@ def test_a_lone_spike_that_recovers_is_a_spike_not_divergence(tmp_path):
     )
 
 
+def test_precursor_is_the_onset_of_the_run_of_grad_spikes(tmp_path):
+    rows = _history()
+    rows[100]["grad_norm"] *= 50  # an isolated early spike, 300 steps before the run
+    hist = _logs.read_history(_write(tmp_path / "m.jsonl", "jsonl", rows))
+    assert _logs.analyze(hist).precursor_step == PRECURSOR
+    assert _logs.analyze(hist, lookback=400).precursor_step == 100
+    rows = _history()
+    for r in rows[PRECURSOR:WARNING]:
+        r["grad_norm"] /= 50  # no precursor at all: the loss jumps unannounced
+    tl = _logs.analyze(_logs.read_history(_write(tmp_path / "n.jsonl", "jsonl", rows)))
+    assert tl.precursor_step is None and tl.restart_step == WARNING - 1
+
+
 def test_spike_factor_is_configurable(tmp_path):
     rows = _history(spiking=False)
     rows[300]["loss"] *= 5
@@ -185,15 +198,11 @@ def test_unreadable_inputs(tmp_path):
         _logs.read_history(tmp_path / "broken.jsonl")
 
 
-def _args(path: Path, **kw) -> argparse.Namespace:
-    base = {
-        "spike_factor": 10.0,
-        "grad_spike_factor": None,
-        "window": 50,
-        "warmup": 10,
-        "output_format": "json",
-    }
-    return argparse.Namespace(path=str(path), **{**base, **kw})
+def _args(path: Path, *extra: str) -> argparse.Namespace:
+    """Parse through the real ``logs`` subparser, so defaults are the CLI's."""
+    parser = argparse.ArgumentParser()
+    _logs.add_parser(parser.add_subparsers())
+    return parser.parse_args(["logs", str(path), "--format", "json", *extra])
 
 
 def test_run_in_process(tmp_path, capsys):
@@ -206,7 +215,7 @@ def test_run_in_process(tmp_path, capsys):
         400,
         399,
     )
-    assert _logs.run(_args(path, output_format="text")) == 1
+    assert _logs.run(_args(path, "--format", "text")) == 1
     text = capsys.readouterr().out
     assert (
         "precursor  step 400" in text
@@ -214,7 +223,9 @@ def test_run_in_process(tmp_path, capsys):
         and "restart from step 399" in text
     )
     with pytest.raises(UsageError, match="spike-factor"):
-        _logs.run(_args(path, spike_factor=1.0))
+        _logs.run(_args(path, "--spike-factor", "1"))
+    assert _logs.run(_args(path, "--lookback", "10")) == 1  # the spikes are a run: onset still 400
+    assert json.loads(capsys.readouterr().out)["precursor_step"] == PRECURSOR
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
