@@ -24,6 +24,7 @@ from datacheck._profile import ColumnProfile, Profiler
 from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
+from datacheck.checks._tensor import sample_hits
 from datacheck.formats import Chunk, WorkUnit, get_format
 from datacheck.schema import CompiledSchema
 
@@ -138,7 +139,7 @@ def _check_tensors(chunk: Chunk, schema: CompiledSchema | None, col: _Collector)
             continue
         is_float = arr.dtype.kind == "f"
         rules = ts.rules_for(key, is_float) if ts is not None else default_rules(is_float, True)
-        for h in check_values(arr.reshape(-1), None, RowMap(n, stride=arr.size // n), rules):
+        for h in sample_hits(arr.reshape(n, -1), rules):
             col.hits(key, h, chunk.row_offset)
 
 
