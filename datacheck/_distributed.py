@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -52,12 +54,23 @@ def killed_result(unit: WorkUnit, exc: BaseException) -> UnitResult:
     return res
 
 
+def dask_setup(worker: object) -> None:
+    """Worker preload of our local clusters: Ctrl-C is the client's to handle.
+
+    A terminal sends SIGINT to the whole process group; the client then cancels the tasks and
+    closes the cluster, so the workers must not die on their own with a traceback each.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _local_cluster(workers: int, allowed_failures: int) -> LocalCluster:
     settings = {
         "distributed.scheduler.allowed-failures": allowed_failures,
         # One task in flight per single-threaded worker: a poison file then never takes an
         # innocent unit queued on the same worker down with it.
         "distributed.scheduler.worker-saturation": 1.0,
+        "distributed.worker.preload": [__name__],  # runs dask_setup in every (re)started worker
     }
     with dask.config.set(settings):
         return LocalCluster(
