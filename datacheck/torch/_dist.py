@@ -1,9 +1,9 @@
 """Distributed helpers for the training guard: one stats all-reduce and a DDP comm hook.
 
 The guard keeps every rank in lock-step with a single collective per step: a small
-``(3, world)`` float64 tensor where rank ``r`` fills column ``r`` with its flag bitmask, its
-local loss and its local gradient norm, and an all-reduce (sum) hands every rank the whole
-table.  Every rank then runs the same policy on the same numbers, so all ranks reach the same
+``(world, 3)`` float64 tensor where rank ``r`` fills row ``r`` with its local loss, its local
+gradient norm and its hook flag, and an all-reduce (sum) hands every rank the whole table, from
+which each rank derives the same per-rank bitmask (``BIT_*``).  Every rank then runs the same policy on the same numbers, so all ranks reach the same
 decision and no collective is ever left unmatched.
 
 Attribution needs each rank's gradients *before* the gradient all-reduce averages a NaN into
@@ -16,6 +16,7 @@ guard attributes by each rank's local loss only.
 
 from __future__ import annotations
 
+import math
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,20 +83,35 @@ class RankTable:
 
 
 def share_stats(
-    world: World, bits: torch.Tensor, loss: torch.Tensor, norm: torch.Tensor
+    world: World, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
 ) -> RankTable:
-    """All-reduce this rank's (bits, loss, grad norm) into the table; one host read.
+    """All-reduce this rank's (loss, grad norm, hook flag) into the table; one host read.
 
-    This is the guard's only collective and its only host synchronisation per step.
+    This is the guard's only collective and its only host synchronisation per step.  Row
+    ``r`` of the table is rank ``r``'s; the others add zeros, so a NaN stays in its own row.
+    The hook flag is 1 when the DDP hook saw non-finite local gradients, -1 without a hook.
     """
-    table = torch.zeros(3, world.size, dtype=torch.float64, device=loss.device)
-    table[0, world.rank] = bits.to(torch.float64)
-    table[1, world.rank] = loss.detach().to(torch.float64).reshape(())
-    table[2, world.rank] = norm.detach().to(torch.float64).reshape(())
-    if world.size > 1:
-        dist.all_reduce(table, op=dist.ReduceOp.SUM, group=world.group)
-    bits_row, losses, norms = table.tolist()
-    return RankTable(tuple(int(b) for b in bits_row), tuple(losses), tuple(norms))
+    values = [loss.detach().reshape(()), norm.detach().reshape(())]
+    if world.size == 1 and hook_bad is None and values[0].dtype == values[1].dtype:
+        rows = [[*torch.stack(values).tolist(), -1.0]]  # the common single-process case
+    else:
+        flag = hook_bad if hook_bad is not None else norm.new_full((), -1.0)
+        local = torch.stack([v.to(torch.float64) for v in (*values, flag)])
+        table = local.new_zeros(world.size, 3)
+        table[world.rank] = local
+        if world.size > 1:
+            dist.all_reduce(table, op=dist.ReduceOp.SUM, group=world.group)
+        rows = table.tolist()
+    bits = []
+    for loss_v, norm_v, flag_v in rows:
+        grad_bad = not math.isfinite(norm_v)
+        local_bad = flag_v > 0 if flag_v >= 0 else grad_bad
+        bits.append(
+            BIT_LOSS * (not math.isfinite(loss_v))
+            + BIT_GRAD * grad_bad
+            + BIT_LOCAL_GRAD * local_bad
+        )
+    return RankTable(tuple(bits), tuple(r[0] for r in rows), tuple(r[1] for r in rows))
 
 
 class HookState:

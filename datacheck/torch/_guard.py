@@ -288,20 +288,13 @@ class TrainingGuard:
             self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self._params if p.grad is not None]
         norm = get_total_norm(grads, foreach=True) if grads else torch.zeros((), device=loss.device)
-        table = _dist.share_stats(self.world, self._local_bits(loss, norm), loss, norm)
+        hook_bad = self._hook.take() if self._hook is not None else None
+        table = _dist.share_stats(self.world, loss, norm, hook_bad)
         plan, mean_loss, max_norm = self._decide(step, table)
         self._apply(plan, norm, max_norm)
         if plan.escalate:
             self._escalate(step, plan)
         return self._finish(step, plan, mean_loss, max_norm, indices, sample_losses)
-
-    def _local_bits(self, loss: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
-        loss_bad = ~torch.isfinite(loss.detach()).all()
-        grad_bad = ~torch.isfinite(norm)
-        hook_bad = self._hook.take() if self._hook is not None else None
-        local_grad_bad = hook_bad if hook_bad is not None else grad_bad
-        return (loss_bad.long() * _dist.BIT_LOSS + local_grad_bad.long() * _dist.BIT_LOCAL_GRAD
-                + grad_bad.long() * _dist.BIT_GRAD)  # fmt: skip
 
     def _decide(self, step: int, table: _dist.RankTable) -> tuple[_Plan, float, float]:
         cfg = self.config
