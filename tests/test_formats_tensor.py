@@ -332,3 +332,25 @@ def test_parquet_scan_never_imports_torch_or_h5py(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_shard_with_another_dtype_is_flagged(tmp_path: Path) -> None:
+    for i in range(3):
+        np.save(tmp_path / f"s{i}.npy", np.zeros((4, 2), np.float64 if i == 1 else np.float32))
+    f = datacheck.scan(str(tmp_path), executor="inprocess").findings
+    assert f[["path", "column", "check"]].values.tolist() == [
+        [str(tmp_path / "s1.npy"), "tensor", "schema"]
+    ]
+    assert "other shards have float32" in f["value"].iloc[0]
+
+
+def test_process_executor_on_every_format(tmp_path: Path) -> None:
+    expected = set()
+    for fmt in ("npy", "npz_compressed", "pt_samples", "safetensors", "hdf5", "tar"):
+        d = tmp_path / fmt
+        d.mkdir()
+        path, key = WRITERS[fmt](d, planted())
+        expected |= {(str(path), row, key, check) for row, check in PLANTED}
+    report = datacheck.scan(str(tmp_path), executor="processes", workers=2)
+    f = report.findings
+    assert {(r.path, int(r.row), r.column, r.check) for r in f.itertuples()} == expected
