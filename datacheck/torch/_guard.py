@@ -23,6 +23,7 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -111,6 +112,9 @@ class GuardConfig:
     """JSON Lines event log; the rank is put in the name when the world size is above 1."""
     log_every: int = 10
     """Also log loss, grad norm and LR every this many steps (0: events only)."""
+    tensorboard: str | None = None
+    """Also write scalars and events to this TensorBoard log dir (``rank{r}`` below it when
+    the world size is above 1); needs the tensorboard package."""
     raise_on_stop: bool = True
     """Raise :class:`TrainingStopped` when giving up (else return ``Action.STOP``)."""
 
@@ -242,7 +246,11 @@ class TrainingGuard:
         self._log_path = (
             _dist.rank_path(cfg.log, self.world.rank, self.world.size) if cfg.log else None
         )
-        self._log = EventLog(self._log_path) if self._log_path else None
+        tb_dir = cfg.tensorboard
+        if tb_dir is not None and self.world.size > 1:
+            tb_dir = str(Path(tb_dir) / f"rank{self.world.rank}")
+        has_log = self._log_path is not None or tb_dir is not None
+        self._log = EventLog(self._log_path, Path(tb_dir) if tb_dir else None) if has_log else None
         self.step_count = 0
         self._bad_streak = self._overflow_streak = self._rollbacks = 0
         self._healthy_since_warning = self._healthy_since_cut = self._good_since_snapshot = 0

@@ -1,4 +1,4 @@
-"""The training guard's JSON Lines event log, and naming the samples behind an event."""
+"""The training guard's event log (JSON Lines, TensorBoard), and naming the samples behind an event."""
 
 from __future__ import annotations
 
@@ -11,29 +11,65 @@ from typing import Any
 
 import torch
 
+from datacheck.errors import UsageError
+
 __all__ = ["EventLog", "bad_steps", "name_samples"]
 
 
 class EventLog:
-    """Append-only JSON Lines file; each line is flushed as it is written."""
+    """Append-only JSON Lines file (each line flushed as written) and/or TensorBoard scalars."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path | None, tensorboard_dir: Path | None = None) -> None:
         self.path = path
-        self._fh: Any = path.open("a", encoding="utf-8")
+        self._fh: Any = None
+        self._tb: Any = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = path.open("a", encoding="utf-8")
+        if tensorboard_dir is not None:
+            self._tb = _summary_writer(tensorboard_dir)
 
     def write(self, record: dict[str, Any]) -> None:
         """Write one record (NaN/Inf become the strings "nan"/"inf" so lines stay strict JSON)."""
-        if self._fh is None:
+        if self._fh is not None:
+            line = json.dumps(
+                _json_safe({"time": round(time.time(), 3), **record}), allow_nan=False
+            )
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        if self._tb is not None:
+            self._write_tb(record)
+
+    def _write_tb(self, record: dict[str, Any]) -> None:
+        step, kind = int(record["step"]), record["kind"]
+        if kind == "step":
+            for name in ("loss", "grad_norm", "lr"):
+                if isinstance(record.get(name), float) and math.isfinite(record[name]):
+                    self._tb.add_scalar(f"guard/{name}", record[name], step)
             return
-        line = json.dumps(_json_safe({"time": round(time.time(), 3), **record}), allow_nan=False)
-        self._fh.write(line + "\n")
-        self._fh.flush()
+        self._tb.add_scalar(f"guard/event/{kind}", 1.0, step)
+        text = json.dumps(_json_safe({k: v for k, v in record.items() if k != "hosts"}))
+        self._tb.add_text("guard/events", text, step)
+        self._tb.flush()
 
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def _summary_writer(log_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        raise UsageError(
+            f"TrainingGuard(tensorboard='{log_dir}') needs the tensorboard package "
+            "(pip install tensorboard), or leave tensorboard=None"
+        ) from exc
+    return SummaryWriter(log_dir=str(log_dir))
 
 
 def name_samples(indices: Sequence[int] | None, sample_losses: torch.Tensor | None,

@@ -355,3 +355,28 @@ def test_guard_log_reads_back_with_datacheck_logs(tmp_path):
     assert tl.restart_step == 200  # the guard's last checkpoint before the spike
     assert tl.suggested_lr == pytest.approx(0.025)
     assert tl.guard_events["rollback"] == 1 and tl.guard_events["loss_spike"] >= 1
+
+
+def test_tensorboard_scalars_and_events(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = TrainingGuard(model, opt, tensorboard=str(tmp_path / "tb"), log_every=1)
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 12)):
+        if step == 5:
+            xb[0, 0] = float("nan")
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        guard.step(loss)
+        opt.zero_grad()
+    guard.close()
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("guard/event/nonfinite")] == [5]
+    assert [e.step for e in acc.Scalars("guard/loss")] == [s for s in range(12) if s != 5]
+    assert (
+        "nonfinite"
+        in acc.Tensors("guard/events/text_summary")[0].tensor_proto.string_val[0].decode()
+    )
