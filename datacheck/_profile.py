@@ -157,14 +157,17 @@ def _merge_moments(
 
 
 def _chunk_moments(x: np.ndarray) -> tuple[int, float, float]:
-    """(n, mean, M2) of finite float64 values: one dot product, two passes if it cancels."""
+    """(n, mean, M2) of finite float64 values: a sum and a sum of squares, exact if it cancels.
+
+    ``einsum`` rather than ``dot``: BLAS threads fight the scan's worker processes for cores.
+    """
     n = x.size
     mean = float(x.sum()) / n
-    sq = float(np.dot(x, x))
+    sq = float(np.einsum("i,i->", x, x))
     m2 = sq - n * mean * mean
-    if m2 <= 1e-8 * sq:  # catastrophic cancellation (|mean| >> std, or constant): do it exactly
+    if m2 <= 1e-8 * sq:  # catastrophic cancellation (|mean| >> std, or constant): two passes
         d = x - mean
-        m2 = float(np.dot(d, d))
+        m2 = float(np.einsum("i,i->", d, d))
     return n, mean, m2
 
 

@@ -245,6 +245,8 @@ def scan(
     worker_schema = schema if isinstance(schema, (str, Path)) and schema else compiled
     if isinstance(worker_schema, Path):
         worker_schema = str(worker_schema)
+    if compiled is not None and not any(c.rules.pandas_checks for c in compiled.columns.values()):
+        worker_schema = compiled  # plain rules: workers need not import pandera (~1 s each)
     profiling = config.profile or needs_profile(compiled)
     fn = partial(_run_unit, schema=worker_schema, parts_dir=str(parts), profile=profiling,
                  sketch=config.profile)  # fmt: skip
