@@ -31,7 +31,13 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from datacheck.errors import DatacheckError, UsageError
 from datacheck.torch import _dist
-from datacheck.torch._guard_log import EventLog, bad_steps, name_samples
+from datacheck.torch._guard_log import (
+    EventLog,
+    bad_steps,
+    guard_quarantine,
+    name_samples,
+    quarantine_records,
+)
 from datacheck.torch._snapshots import SnapshotStore, capture_rng, restore_rng
 
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
@@ -115,6 +121,9 @@ class GuardConfig:
     tensorboard: str | None = None
     """Also write scalars and events to this TensorBoard log dir (``rank{r}`` below it when
     the world size is above 1); needs the tensorboard package."""
+    quarantine: str | None = None
+    """Add the samples named behind a NaN or spike (needs ``sample_losses``) to this runtime
+    quarantine folder (``check`` = ``nonfinite_loss`` / ``loss_spike``), read by the loader."""
     raise_on_stop: bool = True
     """Raise :class:`TrainingStopped` when giving up (else return ``Action.STOP``)."""
 
@@ -251,6 +260,9 @@ class TrainingGuard:
             tb_dir = str(Path(tb_dir) / f"rank{self.world.rank}")
         has_log = self._log_path is not None or tb_dir is not None
         self._log = EventLog(self._log_path, Path(tb_dir) if tb_dir else None) if has_log else None
+        self._quarantine = (
+            guard_quarantine(cfg.quarantine, self.world.rank) if cfg.quarantine else None
+        )
         self.step_count = 0
         self._bad_streak = self._overflow_streak = self._rollbacks = 0
         self._healthy_since_warning = self._healthy_since_cut = self._good_since_snapshot = 0
@@ -503,6 +515,8 @@ class TrainingGuard:
             bad[0].update(
                 name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor)
             )
+            if self._quarantine is not None and bad[0].get("samples"):
+                self._quarantine.write(quarantine_records(bad[0]["samples"], step, self.world.rank))
         for event in plan.events:
             self._write({"step": step, "rank": self.world.rank, "action": plan.action.value,
                          "loss": loss, "grad_norm": norm, "lr": self.lr, **event,
@@ -522,9 +536,11 @@ class TrainingGuard:
             self._log.write(record)
 
     def close(self) -> None:
-        """Close the event log."""
+        """Close the event log and the quarantine file."""
         if self._log is not None:
             self._log.close()
+        if self._quarantine is not None:
+            self._quarantine.close()
 
     def __repr__(self) -> str:
         return f"TrainingGuard(step={self.step_count}, rank={self.world.rank}/{self.world.size}, {asdict(self.config)})"

@@ -6,14 +6,16 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from datacheck.errors import UsageError
+from datacheck.torch._quarantine import QuarantineWriter, rank_file
 
-__all__ = ["EventLog", "bad_steps", "name_samples"]
+__all__ = ["EventLog", "bad_steps", "guard_quarantine", "name_samples", "quarantine_records"]
 
 
 class EventLog:
@@ -112,3 +114,26 @@ def bad_steps(log: str | Path) -> set[int]:
             if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
                 steps.add(int(rec["step"]))
     return steps
+
+
+def guard_quarantine(folder: str, rank: int) -> QuarantineWriter:
+    """A writer for the guard's own file in a runtime quarantine folder.
+
+    ``quarantine-rank00002-guard.jsonl`` sits beside the loader's ``quarantine-rank00002.jsonl``
+    (the loader and ``read_quarantine`` read both) without two handles appending to one file.
+    """
+    writer = QuarantineWriter(folder, rank)
+    loader_file = rank_file(folder, rank)
+    writer.path = loader_file.with_name(f"{loader_file.stem}-guard.jsonl")
+    return writer
+
+
+def quarantine_records(samples: list[dict[str, Any]], step: int, rank: int) -> list[dict[str, Any]]:
+    """Quarantine manifest rows for samples named by :func:`name_samples`."""
+    now = datetime.now(timezone.utc).isoformat()
+    return [
+        {"index": int(s["index"]), "check": s["check"], "severity": "error", "key": "loss",
+         "value": _json_safe(s["loss"]) if not math.isfinite(s["loss"]) else f"{s['loss']:.6g}",
+         "count": 1, "rank": rank, "epoch": 0, "step": step, "time": now}
+        for s in samples
+    ]  # fmt: skip

@@ -17,6 +17,7 @@ from datacheck.torch import (  # noqa: E402
     TrainingGuard,
     TrainingStopped,
     bad_steps,
+    read_quarantine,
 )
 from datacheck.torch._guard import DIVERGENCE_EVENTS  # noqa: E402
 
@@ -282,7 +283,7 @@ def test_lr_is_restored_after_stable_steps():
 def test_samples_behind_a_nan_are_named(tmp_path):
     x, y, model = _regression()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = TrainingGuard(model, opt, log=str(tmp_path / "g.jsonl"))
+    guard = TrainingGuard(model, opt, log=str(tmp_path / "g.jsonl"), quarantine=str(tmp_path / "q"))
     xb = x[:8].clone()
     xb[5, 0] = float("nan")
     per_sample = F.mse_loss(model(xb), y[:8], reduction="none").mean(dim=1)
@@ -292,6 +293,11 @@ def test_samples_behind_a_nan_are_named(tmp_path):
     event = json.loads((tmp_path / "g.jsonl").read_text().splitlines()[0])
     assert event["kind"] == "nonfinite"
     assert [(s["index"], s["check"]) for s in event["samples"]] == [(105, "nonfinite_loss")]
+    guard.close()
+    quarantined = read_quarantine(tmp_path / "q")
+    assert quarantined[["index", "check", "key", "value", "step"]].values.tolist() == [
+        [105, "nonfinite_loss", "loss", "nan", 0]
+    ]
 
 
 def test_log_lines_are_flushed_as_written(tmp_path):
