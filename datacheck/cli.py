@@ -58,6 +58,9 @@ def _add_scan(sub: Any) -> None:
     p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format",
                    help="summary on stdout as a table or as JSON (default: %(default)s)")
     p.add_argument("--html", action="store_true", help="also write report.html into --out")
+    p.add_argument("--profile", action="store_true",
+                   help="write per-file column statistics and quantiles to --out/profile.json "
+                        "(on without it, without quantiles, for schemas with reference_stats)")
     prog = p.add_mutually_exclusive_group()
     prog.add_argument("--progress", dest="progress", action="store_true", default=None,
                       help="show a progress bar (default: when stderr is a terminal)")
@@ -110,7 +113,7 @@ def _run_scan(args: argparse.Namespace) -> int:
 
     config = ScanConfig(fail_on=args.fail_on, workers=args.workers, executor=args.executor,
                         unit_bytes=args.unit_mb << 20, scheduler=args.scheduler,
-                        resume=args.resume)
+                        resume=args.resume, profile=args.profile)
     progress = _progress_bar(args.progress)
     try:
         report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)

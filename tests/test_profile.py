@@ -195,3 +195,19 @@ def test_no_profile_by_default(tmp_path: Path) -> None:
     assert not (report.dir / "profile.json").exists()
     with pytest.raises(datacheck.InputError, match="no profile"):
         load_profile(report.dir)
+
+
+def test_cli_scan_profile_flag(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    x = np.random.default_rng(7).standard_normal(500)
+    pq.write_table(pa.table({"x": x}), tmp_path / "a.parquet")
+    cmd = [sys.executable, "-m", "datacheck", "scan", str(tmp_path / "a.parquet"), "--profile",
+           "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "out" / "profile.json").read_text())
+    assert doc["columns"]["x"]["std"] == pytest.approx(x.std())
+    settings = json.loads((tmp_path / "out" / "report.json").read_text())["settings"]
+    assert settings["profile"] is True
