@@ -209,6 +209,14 @@ class ColumnProfile:
         self.nulls += arr.null_count if flat.row_nulls is not None else 0
         self.add_values(flat.values, flat.valid)
 
+    def observe_tensor(self, arr: np.ndarray, n_samples: int) -> None:
+        """Add a tensor chunk (sample index on axis 0); non-numeric tensors only count rows."""
+        self.rows += n_samples
+        if arr.dtype.kind in "iuf":
+            self.add_values(arr.reshape(-1))
+        elif arr.dtype.kind == "b":
+            self.values += arr.size
+
     def add_values(self, values: np.ndarray, valid: np.ndarray | None = None) -> None:
         """Add flat numeric values (entries where ``valid`` is False are nulls)."""
         self.numeric = True

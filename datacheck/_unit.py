@@ -124,7 +124,9 @@ def _pandas_hits(arr: pa.Array, column: str, rules: ColumnRules) -> list[Hits]:
     return out
 
 
-def _check_tensors(chunk: Chunk, schema: CompiledSchema | None, col: _Collector) -> None:
+def _check_tensors(
+    chunk: Chunk, schema: CompiledSchema | None, col: _Collector, profiler: Profiler | None = None
+) -> None:
     """Each key's array ``[n, ...]`` viewed as ``[n, -1]``: per-sample findings, vectorised."""
     ts = schema.tensors if schema is not None else None
     per_sample = getattr(chunk, "per_sample", False)  # tar shards, .pt sample lists
@@ -135,6 +137,8 @@ def _check_tensors(chunk: Chunk, schema: CompiledSchema | None, col: _Collector)
             rows = range(chunk.row_offset, chunk.row_offset + n)
             err = Severity.ERROR
             col.findings([fnd.Finding(col.path, "schema", err, msg, key, r) for r in rows])
+        if profiler is not None:
+            profiler.column(key).observe_tensor(arr, n)
         if arr.dtype.kind not in "iuf" or arr.size == 0:
             continue
         is_float = arr.dtype.kind == "f"
@@ -147,7 +151,7 @@ def _check_chunk(
     chunk: Chunk, schema: CompiledSchema | None, col: _Collector, profiler: Profiler | None = None
 ) -> None:
     if chunk.tensors is not None:
-        _check_tensors(chunk, schema, col)
+        _check_tensors(chunk, schema, col, profiler)
     batch = chunk.batch
     if batch is None:
         return

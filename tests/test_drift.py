@@ -12,7 +12,7 @@ import pytest
 
 import datacheck
 from datacheck._drift import MIN_VALUES, column_findings, normalization_problem
-from datacheck._profile import ColumnProfile
+from datacheck._profile import ColumnProfile, load_profile
 from datacheck.checks._rules import Normalized
 
 ROWS = 2000
@@ -193,3 +193,14 @@ def test_same_checks_validate_pandas_in_pandera(tmp_path: Path) -> None:
         schema.validate(bad, lazy=True)
     failed = set(info.value.failure_cases["check"].astype(str))
     assert any("reference_stats" in c for c in failed) and any("normalized" in c for c in failed)
+
+
+def test_tensor_files_are_profiled_and_compared(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    for i in range(4):
+        x = rng.standard_normal((500, 4)).astype(np.float32)
+        np.save(tmp_path / f"t{i}.npy", x * (1000 if i == 2 else 1))
+    report = datacheck.scan(tmp_path, out=tmp_path / "out", profile=True, executor="inprocess")
+    assert _column_findings(report) == {("t2", "tensor", "drift")}
+    stats = load_profile(report.dir)
+    assert set(stats.rows) == {500} and set(stats["values"]) == {2000}
