@@ -296,6 +296,11 @@ class TrainingGuard:
         Raises:
             TrainingStopped: when rollbacks did not recover the run (``raise_on_stop``).
         """
+        if loss.numel() != 1:
+            raise UsageError(
+                f"TrainingGuard.step: pass the scalar loss (got shape {tuple(loss.shape)}); "
+                "per-sample losses go in sample_losses="
+            )
         step, self.step_count = self.step_count, self.step_count + 1
         if self._stop_message is not None:
             return self._finish(step, _Plan(Action.STOP), math.nan, math.nan, None, None)

@@ -88,12 +88,15 @@ class SnapshotStore:
         return snap
 
     def pick(self, before: int | None) -> Snapshot | None:
-        """Newest snapshot taken before step ``before`` (the oldest kept if none is)."""
+        """Newest snapshot from before step ``before`` ran (the oldest kept if none is).
+
+        A snapshot "at step N" holds the state before step N's update, so N == before counts.
+        """
         if not self._snaps:
             return None
         if before is not None:
             for snap in reversed(self._snaps):
-                if snap.step < before:
+                if snap.step <= before:
                     return snap
         return self._snaps[0]
 

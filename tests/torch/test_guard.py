@@ -338,6 +338,9 @@ def test_config_and_options_are_exclusive():
         TrainingGuard(model, opt, config=GuardConfig(), clip_norm=2.0)
     with pytest.raises(UsageError, match="DistributedDataParallel"):
         TrainingGuard(model, opt, drop_bad_ranks=True)
+    guard = TrainingGuard(model, opt)
+    with pytest.raises(UsageError, match=r"scalar loss \(got shape \(4, 1\)\)"):
+        guard.step(model(torch.randn(4, 2)))
 
 
 def test_guard_log_reads_back_with_datacheck_logs(tmp_path):
@@ -386,3 +389,26 @@ def test_tensorboard_scalars_and_events(tmp_path):
         "nonfinite"
         in acc.Tensors("guard/events/text_summary")[0].tensor_proto.string_val[0].decode()
     )
+
+
+def test_rollback_restores_scheduler_and_scaler_from_disk(tmp_path):
+    x, y, model = _regression()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    guard = TrainingGuard(model, opt, scaler, scheduler=sched, checkpoint_every=3, rollback_after=2,
+                          checkpoint_dir=str(tmp_path))  # fmt: skip
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 14)):
+        loss = F.mse_loss(model(xb), yb) * (float("nan") if step in (12, 13) else 1.0)
+        scaler.scale(loss).backward()
+        result = guard.step(loss)
+        sched.step()
+        opt.zero_grad()
+    assert result.action is Action.ROLLBACK and result.events[-2:] == ("rollback", "lr_reduced")
+    saved = torch.load(tmp_path / "guard-step12.pt", weights_only=True)
+    # taken inside step 11 before its sched.step(); restored at 13, then stepped once more
+    assert sched.last_epoch == saved["scheduler"]["last_epoch"] + 1 == 12
+    assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.9**2)
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**2 * 0.5)
+    assert sched.base_lrs == pytest.approx([0.5e-3])
+    assert scaler.get_scale() == saved["scaler"]["scale"]
