@@ -26,6 +26,7 @@ from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
 from datacheck.checks._tensor import sample_hits
 from datacheck.formats import Chunk, WorkUnit, get_format
+from datacheck.formats._tabular import INTEGER_COLUMNS
 from datacheck.schema import CompiledSchema
 
 
@@ -155,9 +156,11 @@ def _check_chunk(
     batch = chunk.batch
     if batch is None:
         return
+    meta = batch.schema.metadata or {}
+    integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
     for name, column in zip(batch.schema.names, batch.columns):
         leaf = leaf_type(column.type)
-        is_float = pa.types.is_floating(leaf)
+        is_float = pa.types.is_floating(leaf) and name not in integer_columns
         numeric = is_numeric(leaf)
         rules = schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]

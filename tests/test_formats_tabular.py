@@ -190,3 +190,13 @@ def test_report_json_lists_every_file_once(tmp_path: Path, demo_dir: Path) -> No
     assert doc["summary"]["files"] == 5
     assert all(f["status"] in ("ok", "flagged", "corrupt") for f in doc["files"])
     assert report.summary == doc["summary"]
+
+
+def test_csv_integer_column_with_floats_in_a_later_block_is_data_not_damage(tmp_path: Path) -> None:
+    p = tmp_path / "late.csv"
+    p.write_text("n\n" + "1\n" * 3000 + "nan\n2.5\n")
+    (unit,) = plan_units([(str(p), str(tmp_path))])
+    res = scan_unit(unit, None, None, options={"block_bytes": 1024})
+    assert res.corrupt is None
+    assert res.rows == 3002
+    assert res.table["row"].to_pylist() == [3000]

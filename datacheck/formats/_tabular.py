@@ -11,10 +11,11 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from datacheck import _remote
-from datacheck import _remote
 from datacheck.formats import Chunk, Format, Opened, WorkUnit, register
 
 _BLOCK_BYTES = 16 << 20
+INTEGER_COLUMNS = "datacheck.integer_columns"
+"""Batch metadata key: columns read as float64 that hold integers in the file (CSV)."""
 # NaN is not null: the CSV spellings of NaN must parse as float NaN, so they are not listed.
 _CSV_NULLS = ["", "NULL", "null", "NA", "N/A", "None", "none", "#N/A"]
 
@@ -76,9 +77,8 @@ class CsvFormat(Format):
     name = "csv"
     extensions = (".csv", ".tsv")
 
-    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        types: dict[str, pa.DataType] = dict(options.get("arrow_types") or {})
-        reader = pacsv.open_csv(
+    def _reader(self, unit: WorkUnit, options: Mapping[str, Any], types: dict[str, pa.DataType]):
+        return pacsv.open_csv(
             _remote.stream(unit.path),
             read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=pacsv.ParseOptions(
@@ -91,9 +91,25 @@ class CsvFormat(Format):
                 quoted_strings_can_be_null=False,
             ),
         )
-        schema = reader.schema
-        _require_text(schema, unit.path)
-        return Opened(_type_names(schema), _batches_with_offsets(iter(reader), 0), arrow_schema=schema)
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        types: dict[str, pa.DataType] = dict(options.get("arrow_types") or {})
+        reader = self._reader(unit, options, types)
+        # Types are inferred from the first block only.  An integer column there may hold
+        # "1.5" or "nan" further down, which is data, not damage: read such columns as float64.
+        widen = {f.name: pa.float64() for f in reader.schema
+                 if pa.types.is_integer(f.type) and f.name not in types}
+        if not widen:
+            _require_text(reader.schema, unit.path)
+            return Opened(_type_names(reader.schema), _batches_with_offsets(iter(reader), 0),
+                          arrow_schema=reader.schema)
+        reader.close()
+        reader = self._reader(unit, options, {**types, **widen})
+        _require_text(reader.schema, unit.path)
+        names = _type_names(reader.schema)
+        names.update({n: "int64" for n in widen})
+        marked = (b.replace_schema_metadata({INTEGER_COLUMNS: ",".join(widen)}) for b in reader)
+        return Opened(names, _batches_with_offsets(marked, 0), arrow_schema=reader.schema)
 
 
 def _require_text(schema: pa.Schema, path: str) -> None:
