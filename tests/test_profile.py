@@ -211,3 +211,25 @@ def test_cli_scan_profile_flag(tmp_path: Path) -> None:
     assert doc["columns"]["x"]["std"] == pytest.approx(x.std())
     settings = json.loads((tmp_path / "out" / "report.json").read_text())["settings"]
     assert settings["profile"] is True
+
+
+def test_profile_survives_the_resume_journal(tmp_path: Path) -> None:
+    """A unit recorded before an interruption comes back with its profile (plain JSON)."""
+    from datacheck._discover import discover, plan_units
+    from datacheck._resume import Journal
+    from datacheck._unit import scan_unit
+
+    x = np.random.default_rng(8).standard_normal(1000)
+    x[5] = np.inf
+    pq.write_table(pa.table({"x": x}), tmp_path / "a.parquet")
+    files, _ = discover([str(tmp_path / "a.parquet")])
+    (unit,) = plan_units(files, 1 << 30)
+    res = scan_unit(unit, None, str(tmp_path / "parts"), profile=True, sketch=True)
+    journal = Journal(tmp_path, tmp_path / "parts", {"k": 1}, resume=False)
+    journal.record(res)
+    journal.close()
+    (back,), todo = Journal(tmp_path, tmp_path / "parts", {"k": 1}, resume=True).split([unit])
+    assert todo == [] and back.profile is not None
+    restored = ColumnProfile.from_state(back.profile["x"])
+    assert restored.to_dict() == ColumnProfile.from_state(res.profile["x"]).to_dict()
+    assert restored.inf == 1 and restored.std == pytest.approx(x[np.isfinite(x)].std())
