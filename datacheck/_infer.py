@@ -119,8 +119,11 @@ def _key(name: str) -> str:
     return json.dumps(name)
 
 
-def _dtype(arrow: str) -> str | None:
-    return _ARROW_TO_PANDERA.get(arrow)
+def _dtype(arrow: str, nullable: bool) -> str | None:
+    dtype = _ARROW_TO_PANDERA.get(arrow)
+    if dtype and nullable and "int" in dtype:  # pandas' nullable integers: Int64, UInt8, ...
+        return dtype[0].upper() + dtype[1:] if dtype.startswith("int") else "UInt" + dtype[4:]
+    return dtype
 
 
 def _is_float(arrow: str) -> bool:
@@ -215,7 +218,7 @@ def _column_lines(
     config: InferConfig,
     notes: list[str],
 ) -> list[str]:
-    dtype = _dtype(arrow)
+    dtype = _dtype(arrow, bool(s["nulls"]))
     numeric = s.get("min") is not None
     lines = _stats_comment(arrow, s)
     if dtype is None:
@@ -242,6 +245,12 @@ def _column_lines(
     if checks:
         lines += ["checks:"] + ["  " + c for c in checks]
     return [f"  {_key(name)}:"] + ["    " + ln for ln in lines]
+
+
+def _tabular(fmt: str) -> bool:
+    from datacheck.formats import get_format
+
+    return bool(get_format(fmt).tabular)
 
 
 def _column_dtypes(files: list[dict[str, Any]]) -> dict[str, str]:
@@ -289,11 +298,14 @@ def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
         report = scan(inputs, out=tmp, profile=True, fail_on="never",
                       workers=config.workers, executor=config.executor)  # fmt: skip
         stats = read_profile(tmp)["columns"]
-        readable = [f for f in report.data["files"] if f["status"] != "corrupt"]
+        files = report.data["files"]
+    readable = [f for f in files if f["status"] != "corrupt" and _tabular(f["format"])]
     dtypes = _column_dtypes(readable)
     normalized = _normalized_columns(config, dtypes, stats)
-    notes = [f"{f['path']}: unreadable ({f['error']}); left out" for f in report.data["files"]
+    notes = [f"{f['path']}: unreadable ({f['error']}); left out" for f in files
              if f["status"] == "corrupt"]  # fmt: skip
+    notes += [f"{f['path']}: {f['format']} tensors are not inferred (write a tensors: section); "
+              "left out" for f in files if f["status"] != "corrupt" and not _tabular(f["format"])]  # fmt: skip
     rows = sum(f["rows"] for f in readable)
     lines = _header(inputs, len(readable), rows)
     for name, arrow in dtypes.items():

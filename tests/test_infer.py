@@ -114,10 +114,15 @@ def test_ranges_margin_nullable_and_finite(tmp_path: Path) -> None:
     t = pa.table({
         "pos": pa.array([0.5, 1.0, 2.0, 10.5]), "n": pa.array([1.0, None, 3.0, 4.0]),
         "i": pa.array([3, 5, 7, 9], pa.int32()), "big": pa.array([1e-7, 2e-7, 3e-7, 4e-7]),
+        "ni": pa.array([1, None, 3, 4], pa.int64()),
     })  # fmt: skip
     pq.write_table(t, tmp_path / "a.parquet")
-    result = infer(tmp_path / "a.parquet", margin=0.1, normalized="none", executor="inprocess")
+    result = infer(tmp_path / "a.parquet", out=tmp_path / "s.yaml", margin=0.1,
+                   normalized="none", executor="inprocess")  # fmt: skip
     doc = yaml.safe_load(result.text)["columns"]
+    assert (doc["ni"]["dtype"], doc["i"]["dtype"]) == ("Int64", "int32")  # pandas' nullable int
+    rescan = datacheck.scan(tmp_path / "a.parquet", tmp_path / "s.yaml", out=tmp_path / "o")
+    assert rescan.summary["sites"] == {}  # the data it was inferred from passes
     ranges = {c: next(k for k in doc[c]["checks"] if k["options"]["check_name"] == "in_range")
               for c in doc}  # fmt: skip
     assert ranges["pos"]["min_value"] == 0.0 and ranges["pos"]["max_value"] == pytest.approx(11.5)
@@ -137,6 +142,11 @@ def test_normalized_option(tmp_path: Path) -> None:
     assert marked == {*FEATURES, "raw"}
     assert any("'raw'" in n for n in auto.notes)
     chosen = infer(paths, normalized=["f1"], executor="inprocess")
+    np.save(tmp_path / "d" / "t.npy", np.zeros((3, 2)))
+    with_tensor = infer(tmp_path / "d", normalized="none", executor="inprocess")
+    assert with_tensor.files == 1 and any(
+        "tensors are not inferred" in n for n in with_tensor.notes
+    )
     assert {c for c in chosen.columns if "normalized" in _checks(chosen.text, c)} == {"f1"}
     with pytest.raises(datacheck.UsageError, match="no column 'nope'"):
         infer(paths, normalized=["nope"], executor="inprocess")
