@@ -2,9 +2,11 @@
 
 ``OUT/journal.jsonl`` holds a header line (the scan's fingerprint: inputs, schema, unit size)
 and then one JSON line per finished unit: its :class:`~datacheck._unit.UnitResult` without the
-findings, which live in ``OUT/parts/<hash>.parquet``.  Each line is flushed and fsync'ed before
-the next unit is accepted, so after a Ctrl-C, a pre-empted job or a killed machine the journal
-lists exactly the units whose findings are safely on disk (a torn last line is ignored).
+findings, which live in ``OUT/parts/<hash>.parquet`` (written, atomically, before the line).
+Each line is flushed as the unit finishes (fsync'ed at most once a second, and when the scan
+stops), so after a Ctrl-C or a pre-empted job the journal lists every unit whose findings are
+on disk, and after a machine crash nearly all of them (a torn last line is ignored; a lost
+line only means that unit is scanned again).
 
 ``scan(..., resume=True)`` keeps the journal and parts, skips the units listed there whose key
 (path, size, mtime or ETag, part) still matches the file as it is now, and merges their stored
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -31,6 +34,10 @@ __all__ = ["JOURNAL", "Journal"]
 
 JOURNAL = "journal.jsonl"
 _VERSION = 1
+_FSYNC_EVERY_S = 1.0
+"""Journal lines are flushed one by one but fsync'ed at most this often: a machine crash loses
+at most the last second of lines, and those units are simply scanned again (their parts are
+written before their lines, so a line never points at findings that are not on disk)."""
 _STORED = tuple(f.name for f in fields(UnitResult) if f.name not in ("table", "seconds"))
 
 
@@ -49,6 +56,7 @@ class Journal:
         self.parts = parts
         self._fingerprint = json.loads(json.dumps(fingerprint, default=str))
         self._done: dict[str, UnitResult] = {}
+        self._synced = 0.0
         if resume and self.path.exists():
             self._done = self._load()
         else:
@@ -113,11 +121,17 @@ class Journal:
 
     def _write(self, entry: dict[str, Any]) -> None:
         self._fh.write(json.dumps(entry, separators=(",", ":"), default=str) + "\n")
-        self._fh.flush()
+        self._fh.flush()  # in the OS now: survives Ctrl-C, SIGTERM, SIGKILL of this process
+        if time.monotonic() - self._synced >= _FSYNC_EVERY_S:
+            self._sync()
+
+    def _sync(self) -> None:
         os.fsync(self._fh.fileno())
+        self._synced = time.monotonic()
 
     def close(self) -> None:
         if not self._fh.closed:
+            self._sync()
             self._fh.close()
 
     def finish(self) -> None:
