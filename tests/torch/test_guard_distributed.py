@@ -43,11 +43,20 @@ def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _bad_batch(rank: int, step: int, drop: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _bad_batch(rank: int, step: int, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     x, y = _batch(rank, step)
-    if rank == BAD_RANK and step in STREAK and not drop:
+    if rank == BAD_RANK and step in STREAK and mode == "skip":
         x[1, 2] = float("inf")
+    if rank == BAD_RANK and step >= NAN_STEP and mode == "stop":
+        x, y = torch.nan_to_num(x), y * 1000.0  # a finite loss spike, on rank 2 only
     return x, y
+
+
+OPTIONS = {
+    "skip": {"checkpoint_every": 2, "quiet_steps": 2},
+    "drop": {"drop_bad_ranks": True},
+    "stop": {"warmup": 3, "rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0},
+}
 
 
 def _healthy_mean_update(model: torch.nn.Module, step: int) -> torch.Tensor:
@@ -66,23 +75,34 @@ def _healthy_mean_update(model: torch.nn.Module, step: int) -> torch.Tensor:
     return flat - LR * mean
 
 
-def _worker(rank: int, port: int, out: str, drop: bool) -> None:
+def _worker(rank: int, port: int, out: str, mode: str) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from datacheck.torch import TrainingGuard
+    from datacheck.torch import TrainingGuard, TrainingStopped
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
     torch.set_num_threads(1)
     ddp = DDP(_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
-    guard = TrainingGuard(ddp, opt, clip_norm=1.0, drop_bad_ranks=drop, checkpoint_every=2, quiet_steps=2,
-                          log=f"{out}/guard.jsonl")  # fmt: skip
-    record = {"actions": [], "ranks": [], "reference": None}
+    guard = TrainingGuard(ddp, opt, clip_norm=1.0, log=f"{out}/guard.jsonl", **OPTIONS[mode])
+    record = {"actions": [], "ranks": [], "reference": None, "stopped": None}
+    try:
+        _train(guard, ddp, opt, rank, mode, record)
+    except TrainingStopped as exc:
+        record["stopped"] = [guard.step_count - 1, str(exc)]
+    record["final"] = _flat(ddp.module).tolist()
+    guard.close()
+    Path(out, f"result{rank}.json").write_text(json.dumps(record))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _train(guard, ddp, opt, rank: int, mode: str, record: dict) -> None:
     for step in range(STEPS):
         if step == NAN_STEP:
             record["reference"] = _healthy_mean_update(_copy(ddp.module), step).tolist()
-        x, y = _bad_batch(rank, step, drop)
+        x, y = _bad_batch(rank, step, mode)
         before = _flat(ddp.module).tolist()
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         loss.backward()
@@ -93,11 +113,6 @@ def _worker(rank: int, port: int, out: str, drop: bool) -> None:
         if step == NAN_STEP:
             record["before_bad_step"] = before
             record["after_bad_step"] = _flat(ddp.module).tolist()
-    record["final"] = _flat(ddp.module).tolist()
-    guard.close()
-    Path(out, f"result{rank}.json").write_text(json.dumps(record))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def _copy(module: torch.nn.Module) -> torch.nn.Module:
@@ -110,10 +125,10 @@ def _flat(module: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
 
-def _spawn(tmp_path: Path, drop: bool, timeout: float = 120.0) -> list[dict]:
+def _spawn(tmp_path: Path, mode: str, timeout: float = 120.0) -> list[dict]:
     ctx = mp.start_processes(
         _worker,
-        args=(_free_port(), str(tmp_path), drop),
+        args=(_free_port(), str(tmp_path), mode),
         nprocs=WORLD,
         join=False,
         start_method="spawn",
@@ -135,7 +150,7 @@ def _events(tmp_path: Path, rank: int) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_one_ranks_nan_is_skipped_everywhere_and_attributed(tmp_path):
-    results = _spawn(tmp_path, drop=False)
+    results = _spawn(tmp_path, "skip")
     for res in results:
         assert res["actions"][NAN_STEP] == "skip"
         assert res["before_bad_step"] == res["after_bad_step"]
@@ -157,7 +172,7 @@ def test_one_ranks_nan_is_skipped_everywhere_and_attributed(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_drop_bad_ranks_steps_on_the_healthy_mean(tmp_path):
-    results = _spawn(tmp_path, drop=True)
+    results = _spawn(tmp_path, "drop")
     for res in results:
         assert res["actions"][NAN_STEP] == "drop_ranks"
         assert res["ranks"][NAN_STEP] == [BAD_RANK]
@@ -167,3 +182,21 @@ def test_drop_bad_ranks_steps_on_the_healthy_mean(tmp_path):
     assert torch.allclose(got, want, atol=1e-6)
     event = next(e for e in _events(tmp_path, 0) if e["kind"] == "nonfinite")
     assert event["dropped"] is True and event["action"] == "drop_ranks"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_loss_spike_on_one_rank_is_attributed_and_every_rank_stops_together(tmp_path):
+    results = _spawn(tmp_path, "stop")
+    for res in results:
+        assert res["actions"][NAN_STEP:] == ["skip"]  # LR cut (no snapshot kept), then stop
+        assert res["ranks"][NAN_STEP] == [BAD_RANK]
+        assert res["stopped"][0] == NAN_STEP + 1
+        assert (
+            "1 rollback(s) did not recover the run (loss_spike on rank(s) [2])" in res["stopped"][1]
+        )
+        assert res["final"] == results[0]["final"]
+    events = _events(tmp_path, 3)
+    assert [e["kind"] for e in events if e["step"] >= NAN_STEP] == [
+        "loss_spike", "lr_reduced", "loss_spike", "stop"
+    ]  # fmt: skip
