@@ -166,3 +166,18 @@ def test_findings_sent_back_in_a_result_are_spilled_to_a_part(tmp_path: Path) ->
     (stored,) = reopened._done.values()
     assert stored.corrupt == "boom" and stored.counts == {"corrupt": 1}
     assert pq.read_table(stored.part_file).column("value").to_pylist() == ["boom"]
+
+
+def test_a_worker_that_cannot_see_the_parts_folder_returns_its_findings(
+    data: Path, tmp_path: Path
+) -> None:
+    """No shared filesystem: the findings come back in the result, not as a missing file."""
+    from datacheck._discover import discover, plan_units
+    from datacheck._unit import scan_unit
+
+    unit = next(
+        u for u in plan_units(discover([str(data)])[0]) if u.path.endswith("extra-3.parquet")
+    )
+    res = scan_unit(unit, None, str(tmp_path / "not-on-this-worker" / "parts"))
+    assert res.part_file is None
+    assert res.table is not None and res.table.column("row").to_pylist() == [33]
