@@ -401,9 +401,11 @@ class TrainingGuard:
             if plan.action.stepped:
                 self.optimizer.step()
             return
-        if plan.action.stepped or plan.action is Action.SCALER_SKIP:
-            self.scaler.step(self.optimizer)  # skips by itself when it found an Inf/NaN
-        self.scaler.update()  # must follow unscale_ every step, stepped or not
+        if plan.action.stepped:
+            self.scaler.step(self.optimizer)
+        # Not scaler.step on an overflow: a rank whose own gradients were finite (no DDP) would
+        # step alone.  update() must follow unscale_ every step; it lowers the scale on Inf/NaN.
+        self.scaler.update()
         if plan.action is Action.SCALER_SKIP:
             self._check_scale(plan)
 
