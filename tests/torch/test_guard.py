@@ -19,7 +19,7 @@ from datacheck.torch import (  # noqa: E402
     bad_steps,
     read_quarantine,
 )
-from datacheck.torch._guard import DIVERGENCE_EVENTS  # noqa: E402
+from datacheck.torch._guard_types import DIVERGENCE_EVENTS  # noqa: E402
 
 F = torch.nn.functional
 
