@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -66,13 +67,20 @@ _U = np.uint64
 
 
 def _folded_keys(x: np.ndarray) -> np.ndarray:
-    """Bucket keys as ``magnitude_key << 1 | sign``: compact for data spanning both signs."""
-    b = x.view(np.uint64)
-    t = b << _U(1)  # drop the sign bit
-    t >>= _U(_SHIFT + 1)
-    t <<= _U(1)
-    t |= b >> _U(63)
-    return t
+    """Bucket keys as ``magnitude_key << 1 | sign``: compact for data spanning both signs.
+
+    Works on the high 32-bit word of each float64 (sign, exponent and 20 mantissa bits hold
+    everything a key needs): half the memory traffic of 64-bit shifts.
+    """
+    if sys.byteorder != "little":  # pragma: no cover - no big-endian CI
+        b = x.view(np.uint64) >> _U(_SHIFT)
+        return ((b & _U((1 << _MAG_BITS) - 1)) << _U(1)) | (b >> _U(_MAG_BITS))
+    m = x.view(np.uint32)[1::2] >> np.uint32(_SHIFT - 32)  # sign | exponent | kept mantissa
+    sign = m >> np.uint32(_MAG_BITS)
+    m &= np.uint32((1 << _MAG_BITS) - 1)
+    m += m  # << 1 (``|=``/``<<=`` on uint32 are far slower in NumPy here)
+    m += sign
+    return m
 
 
 def _unfold(folded: np.ndarray) -> np.ndarray:
@@ -107,9 +115,10 @@ class LogSketch:
             return cls()
         folded = _folded_keys(np.ascontiguousarray(x, dtype=np.float64))
         lo = folded.min()
-        counts = np.bincount((folded - lo).view(np.int64))
+        folded -= lo
+        counts = np.bincount(folded.astype(np.intp, copy=False))
         nz = np.flatnonzero(counts)
-        keys = _unfold(nz.astype(np.uint64) + lo)
+        keys = _unfold(nz.astype(np.uint64) + np.uint64(lo))
         order = np.argsort(keys)
         return cls(keys[order], counts[nz][order].astype(np.int64))
 
