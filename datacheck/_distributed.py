@@ -32,6 +32,7 @@ from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
 from datacheck import findings as fnd
 from datacheck._unit import UnitResult
 from datacheck.checks._registry import Severity
+from datacheck.errors import UsageError
 from datacheck.formats import WorkUnit
 
 __all__ = ["killed_result", "run_distributed"]
@@ -92,11 +93,21 @@ def _connect(
         return
     cluster = None if scheduler else _local_cluster(workers, allowed_failures)
     try:
-        with Client(scheduler or cluster, set_as_default=False) as own:
+        with _client(scheduler or cluster) as own:
             yield own
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def _client(target: str | LocalCluster) -> Client:
+    try:
+        return Client(target, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(
+            f"scheduler {target!r}: cannot connect ({exc}); check the address and that the "
+            "scheduler is running and reachable from here"
+        ) from exc
 
 
 def _announce(client: Client, echo: Callable[[str], None]) -> None:

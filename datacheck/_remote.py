@@ -99,9 +99,10 @@ def expand(url: str) -> tuple[list[tuple[str, str]], list[str]]:
                 ignored += skipped
             elif fs.isfile(match):
                 found.append((_name(fs, match), _name(fs, posixpath.dirname(match))))
-    except (OSError, PermissionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the storage boundary: botocore, gcsfs, HTTP errors
         raise InputError(
-            f"input {url!r}: cannot list ({exc}); check the URL and credentials"
+            f"input {url!r}: cannot list ({type(exc).__name__}: {exc}); check the URL and your "
+            "credentials (environment, ~/.aws, AWS_ENDPOINT_URL, gcloud)"
         ) from exc
     if not found and not ignored:
         raise InputError(f"input {url!r}: no such object or prefix; check the URL")
@@ -125,8 +126,8 @@ def stat(url: str) -> tuple[int, float, str]:
     fs, path = _fs(url)
     try:
         info = fs.info(path)
-    except OSError as exc:
-        raise InputError(f"input {url!r}: cannot stat ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - the storage boundary
+        raise InputError(f"input {url!r}: cannot stat ({type(exc).__name__}: {exc})") from exc
     mtime = next((_timestamp(info[k]) for k in _MTIME_KEYS if info.get(k) is not None), 0.0)
     etag = next((str(info[k]).strip('"') for k in _ETAG_KEYS if info.get(k)), "")
     return int(info.get("size") or 0), mtime, etag

@@ -231,6 +231,16 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
     assert manifest(tmp_path) == manifest(clean)
 
 
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(demo_dir: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    proc = _cli(
+        "scan", str(demo_dir), "--scheduler", "tcp://127.0.0.1:9", "--out", str(tmp_path), env=env
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "scheduler 'tcp://127.0.0.1:9': cannot connect" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

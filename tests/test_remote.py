@@ -175,3 +175,25 @@ def test_memory_filesystem(demo_dir: Path, tmp_path: Path) -> None:
     finally:
         fs.rm("/dc-demo", recursive=True)
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_missing_credentials_are_one_line_and_exit_2(
+    s3_demo: str, s3_server: str, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ENDPOINT_URL=s3_server,
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "datacheck", "scan", s3_demo, "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "cannot list (NoCredentialsError" in proc.stderr
