@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -73,6 +74,9 @@ class ScanConfig:
             raise UsageError(f"scheduler must be an address like tcp://host:8786, got {self.scheduler!r}")
         if self.executor not in ("auto", "distributed"):
             raise UsageError(f"a dask scheduler or client runs on executor 'distributed', not {self.executor!r}")
+        if self.workers is not None:
+            warnings.warn(f"workers={self.workers} is ignored: the dask cluster's own workers run "
+                          "the scan", UserWarning, stacklevel=4)
         object.__setattr__(self, "executor", "distributed")
 
     def run_options(self) -> dict[str, Any]:

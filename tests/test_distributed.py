@@ -252,3 +252,11 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(demo_dir: Path, tmp_pat
 def test_cluster_settings_are_validated(kwargs: dict, tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         datacheck.scan(tmp_path, out=tmp_path / "o", **kwargs)
+
+
+def test_workers_with_a_cluster_is_ignored_with_a_warning() -> None:
+    from datacheck._scan import ScanConfig
+
+    with pytest.warns(UserWarning, match="workers=4 is ignored"):
+        config = ScanConfig(scheduler="tcp://127.0.0.1:8786", workers=4)
+    assert config.executor == "distributed"
