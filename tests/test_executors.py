@@ -75,8 +75,11 @@ def test_every_unit_yields_exactly_one_result(
     opts = dict(run_opts)
     executor = str(opts.pop("executor", "distributed"))
     workers = int(opts.pop("workers", 2))  # type: ignore[call-overload]
-    keys = [r.key for r in run_units(fn, units, executor, workers, **opts)]
-    assert sorted(keys) == sorted(u.key for u in units)
+    results = list(run_units(fn, units, executor, workers, **opts))
+    assert sorted(r.key for r in results) == sorted(u.key for u in units)
+    flagged = [r for r in results if r.findings_rows]
+    assert flagged  # findings stay in part files the workers wrote; only counts travel back
+    assert all(r.table is None and Path(r.part_file).is_file() for r in flagged)
     assert list(run_units(fn, [], executor, workers, **opts)) == []
 
 
