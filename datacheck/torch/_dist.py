@@ -34,7 +34,9 @@ __all__ = [
     "World",
     "install_ddp_hook",
     "rank_path",
+    "device_stats",
     "share_stats",
+    "table_from_rows",
 ]
 
 BIT_LOSS = 1
@@ -82,26 +84,37 @@ class RankTable:
         return tuple(r for r, b in enumerate(self.bits) if b & mask)
 
 
+def device_stats(
+    world: World, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
+) -> torch.Tensor:
+    """The all-reduced ``(world, 3)`` float64 table, left on the device (no host read).
+
+    Row ``r`` is rank ``r``'s (local loss, local grad norm, hook flag); the other ranks add
+    zeros, so a NaN stays in its own row.  The hook flag is 1 when the DDP hook saw non-finite
+    local gradients, 0 when it did not, -1 without a hook.
+    """
+    flag = hook_bad if hook_bad is not None else norm.new_full((), -1.0)
+    values = (loss.detach().reshape(()), norm.detach().reshape(()), flag)
+    local = torch.stack([v.to(torch.float64) for v in values])
+    table = local.new_zeros(world.size, 3)
+    table[world.rank] = local
+    if world.size > 1:
+        dist.all_reduce(table, op=dist.ReduceOp.SUM, group=world.group)
+    return table
+
+
 def share_stats(
     world: World, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
 ) -> RankTable:
-    """All-reduce this rank's (loss, grad norm, hook flag) into the table; one host read.
+    """:func:`device_stats` read to the host: the guard's only collective and host read per step."""
+    if world.size == 1 and hook_bad is None and loss.dtype == norm.dtype:
+        values = [loss.detach().reshape(()), norm.detach().reshape(())]
+        return table_from_rows([[*torch.stack(values).tolist(), -1.0]])  # the common case
+    return table_from_rows(device_stats(world, loss, norm, hook_bad).tolist())
 
-    This is the guard's only collective and its only host synchronisation per step.  Row
-    ``r`` of the table is rank ``r``'s; the others add zeros, so a NaN stays in its own row.
-    The hook flag is 1 when the DDP hook saw non-finite local gradients, -1 without a hook.
-    """
-    values = [loss.detach().reshape(()), norm.detach().reshape(())]
-    if world.size == 1 and hook_bad is None and values[0].dtype == values[1].dtype:
-        rows = [[*torch.stack(values).tolist(), -1.0]]  # the common single-process case
-    else:
-        flag = hook_bad if hook_bad is not None else norm.new_full((), -1.0)
-        local = torch.stack([v.to(torch.float64) for v in (*values, flag)])
-        table = local.new_zeros(world.size, 3)
-        table[world.rank] = local
-        if world.size > 1:
-            dist.all_reduce(table, op=dist.ReduceOp.SUM, group=world.group)
-        rows = table.tolist()
+
+def table_from_rows(rows: list[list[float]]) -> RankTable:
+    """Derive every rank's bitmask from its (loss, grad norm, hook flag) row."""
     bits = []
     for loss_v, norm_v, flag_v in rows:
         grad_bad = not math.isfinite(norm_v)

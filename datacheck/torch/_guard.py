@@ -44,6 +44,7 @@ from datacheck.torch._guard_types import (
     TrainingStopped,
 )
 from datacheck.torch._snapshots import SnapshotStore, capture_rng, restore_rng
+from datacheck.torch._syncfree import MaskedStep
 
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
 
@@ -149,6 +150,19 @@ class TrainingGuard:
         self._skip_pending = 0
         self._lr_scale = 1.0
         self._stop_message: str | None = None
+        self._now = 0
+        self._masked = self._maybe_masked()
+        self._pending: list[tuple[int, torch.Tensor]] = []
+
+    def _maybe_masked(self) -> MaskedStep | None:
+        if not self.config.sync_every:
+            return None
+        if self.scaler is not None or self.config.drop_bad_ranks:
+            raise UsageError(
+                "TrainingGuard: sync_every needs scaler=None and drop_bad_ranks=False (GradScaler "
+                "reads its overflow flag on the host); use bf16, or sync_every=0"
+            )
+        return MaskedStep(self.optimizer)
 
     def _maybe_install_hook(self) -> _dist.HookState | None:
         ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel)
@@ -181,6 +195,7 @@ class TrainingGuard:
                 "per-sample losses go in sample_losses="
             )
         step, self.step_count = self.step_count, self.step_count + 1
+        self._now = step
         if self._stop_message is not None:
             return self._finish(step, _Plan(Action.STOP), math.nan, math.nan, None, None)
         if self._skip_pending > 0:
@@ -193,6 +208,8 @@ class TrainingGuard:
         grads = [p.grad for p in self._params if p.grad is not None]
         norm = get_total_norm(grads, foreach=True) if grads else torch.zeros((), device=loss.device)
         hook_bad = self._hook.take() if self._hook is not None else None
+        if self._masked is not None:
+            return self._step_on_device(step, loss, norm, hook_bad)
         table = _dist.share_stats(self.world, loss, norm, hook_bad)
         plan, mean_loss, max_norm = self._decide(step, table)
         self._apply(plan, norm, max_norm)
@@ -268,8 +285,72 @@ class TrainingGuard:
 
     def _note_warning(self) -> None:
         if self._incident is None:
-            self._incident = self.step_count - 1
+            self._incident = self._now
         self._healthy_since_warning = 0
+
+    # -- sync-free mode ---------------------------------------------------------------------
+
+    def _step_on_device(self, step: int, loss: torch.Tensor, norm: torch.Tensor,
+                        hook_bad: torch.Tensor | None) -> StepResult:  # fmt: skip
+        """Decide on the device (non-finite, or loss >= factor x the last read-back level)."""
+        cfg = self.config
+        table = _dist.device_stats(self.world, loss, norm, hook_bad)
+        ok = torch.isfinite(table[:, :2]).all()
+        level = self._loss.level()
+        if level is not None:
+            ok = ok & (table[:, 0].mean() < cfg.spike_factor * level)
+        if cfg.clip_norm is not None:
+            clip_grads_with_norm_(self._params, cfg.clip_norm, norm, foreach=True)
+        assert self._masked is not None
+        self._masked.step(ok)
+        self._pending.append((step, torch.cat([table.reshape(-1), ok.reshape(1).to(table.dtype)])))
+        if len(self._pending) < cfg.sync_every:
+            return StepResult(step, Action.DEFERRED, math.nan, math.nan, self.lr)
+        return self._read_back()
+
+    def _read_back(self) -> StepResult:
+        """One host read for the pending steps: log them, keep the windows, escalate once."""
+        steps = [s for s, _ in self._pending]
+        rows = torch.stack([r for _, r in self._pending]).tolist()
+        self._pending.clear()
+        kinds: list[str] = []
+        ranks: set[int] = set()
+        action, escalated = Action.DEFERRED, False
+        for step, row in zip(steps, rows, strict=True):
+            self._now = step
+            table = _dist.table_from_rows([row[3 * r : 3 * r + 3] for r in range(self.world.size)])
+            plan, loss, norm = self._replay(table, ok=row[-1] > 0)
+            if plan.escalate and not escalated:
+                self._escalate(step, plan)
+                escalated, action = True, plan.action
+            self._record(step, plan, loss, norm, None, None, at=self.step_count)
+            kinds += [e["kind"] for e in plan.events]
+            ranks.update(plan.ranks)
+        result = StepResult(steps[-1], action if escalated else Action.DEFERRED, loss, norm,
+                            self.lr, tuple(kinds), tuple(sorted(ranks)))  # fmt: skip
+        if result.action is Action.STOP and self.config.raise_on_stop:
+            raise TrainingStopped(self._stop_message)
+        return result
+
+    def _replay(self, table: _dist.RankTable, ok: bool) -> tuple[_Plan, float, float]:
+        """Host bookkeeping for a step the device already decided."""
+        finite = [v for v in table.losses if math.isfinite(v)]
+        loss = sum(finite) / len(finite) if finite else math.nan
+        norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
+        if ok:
+            return self._healthy_plan(self._now, loss, norm, table), loss, norm
+        started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
+        if table.ranks_with(_dist.BIT_LOSS | _dist.BIT_GRAD):
+            ranks = started or table.ranks_with(_dist.BIT_GRAD)
+            return self._bad_plan("nonfinite", ranks, loss=loss, grad_norm=norm), loss, norm
+        level = self._loss.level() or math.nan
+        ranks = tuple(
+            r for r, v in enumerate(table.losses) if v >= self.config.spike_factor * level
+        )
+        plan = self._bad_plan(
+            "loss_spike", ranks, loss=loss, level=level, factor=self.config.spike_factor
+        )
+        return plan, loss, norm
 
     # -- applying decisions ----------------------------------------------------------------
 
@@ -329,7 +410,7 @@ class TrainingGuard:
 
     # -- good states and the learning rate -------------------------------------------------
 
-    def _after_healthy(self, step: int, plan: _Plan) -> None:
+    def _after_healthy(self, at: int, plan: _Plan) -> None:
         cfg = self.config
         self._healthy_since_warning += 1
         self._healthy_since_cut += 1
@@ -345,7 +426,7 @@ class TrainingGuard:
             plan.add("lr_restored", "info", lr=self.lr)
         quiet = self._incident is None
         if cfg.checkpoint_every and quiet and self._good_since_snapshot >= cfg.checkpoint_every:
-            snap = self._snaps.save(step + 1, self._state())
+            snap = self._snaps.save(at, self._state())
             self._good_since_snapshot = self._rollbacks = 0
             plan.add("checkpoint", "info", at_step=snap.step, where=str(snap.path or "memory"))
 
@@ -394,8 +475,18 @@ class TrainingGuard:
 
     def _finish(self, step: int, plan: _Plan, loss: float, norm: float,
                 indices: Sequence[int] | None, sample_losses: torch.Tensor | None) -> StepResult:  # fmt: skip
+        self._record(step, plan, loss, norm, indices, sample_losses, at=step + 1)
+        result = StepResult(step, plan.action, loss, norm, self.lr,
+                            tuple(e["kind"] for e in plan.events), plan.ranks)  # fmt: skip
+        if plan.action is Action.STOP and self.config.raise_on_stop:
+            raise TrainingStopped(self._stop_message)
+        return result
+
+    def _record(self, step: int, plan: _Plan, loss: float, norm: float,
+                indices: Sequence[int] | None, sample_losses: torch.Tensor | None, at: int) -> None:  # fmt: skip
+        """Snapshot bookkeeping and the log lines of one step (``at``: the data position now)."""
         if plan.action.stepped:
-            self._after_healthy(step, plan)
+            self._after_healthy(at, plan)
         bad = [e for e in plan.events if e["severity"] != "info"]
         if bad and (indices is not None or sample_losses is not None):
             bad[0].update(
@@ -411,11 +502,6 @@ class TrainingGuard:
         if every and step % every == 0:
             self._write({"step": step, "rank": self.world.rank, "kind": "step", "action": plan.action.value,
                          "loss": loss, "grad_norm": norm, "lr": self.lr})  # fmt: skip
-        result = StepResult(step, plan.action, loss, norm, self.lr,
-                            tuple(e["kind"] for e in plan.events), plan.ranks)  # fmt: skip
-        if plan.action is Action.STOP and self.config.raise_on_stop:
-            raise TrainingStopped(self._stop_message)
-        return result
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._log is not None:

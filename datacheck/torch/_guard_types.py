@@ -32,6 +32,8 @@ class Action(str, enum.Enum):
     """Skipped: weights and optimizer state untouched."""
     ROLLBACK = "rollback"
     """Restored the last good snapshot and lowered the learning rate."""
+    DEFERRED = "deferred"
+    """Sync-free mode: decided on the device; the events are read back every ``sync_every`` steps."""
     STOP = "stop"
     """Gave up (raised :class:`TrainingStopped` unless ``raise_on_stop=False``)."""
 
@@ -91,6 +93,9 @@ class GuardConfig:
     quarantine: str | None = None
     """Add the samples named behind a NaN or spike (needs ``sample_losses``) to this runtime
     quarantine folder (``check`` = ``nonfinite_loss`` / ``loss_spike``), read by the loader."""
+    sync_every: int = 0
+    """0: decide on the host each step (one host read).  N: keep the decision on the device
+    (masked update, no host read) and read the records back every N steps; needs no scaler."""
     raise_on_stop: bool = True
     """Raise :class:`TrainingStopped` when giving up (else return ``Action.STOP``)."""
 
@@ -112,6 +117,7 @@ class GuardConfig:
             "checkpoint_every",
             "quiet_steps",
             "skip_after_rollback",
+            "sync_every",
             "log_every",
         ):
             if getattr(self, name) < 0:

@@ -412,3 +412,71 @@ def test_rollback_restores_scheduler_and_scaler_from_disk(tmp_path):
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**2 * 0.5)
     assert sched.base_lrs == pytest.approx([0.5e-3])
     assert scaler.get_scale() == saved["scaler"]["scale"]
+
+
+def _adam_run(sync_every: int, nan_steps: tuple[int, ...], steps: int = 16, log=None):
+    x, y, model = _regression()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    guard = TrainingGuard(model, opt, sync_every=sync_every, log=log, log_every=0)
+    results, snaps = [], {}
+    for step, (_, xb, yb) in enumerate(_batches(x, y, steps)):
+        if step in nan_steps:
+            xb[0, 0] = float("nan")
+            snaps[step] = (_flat(model), _adam_state(opt))
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        results.append(guard.step(loss))
+        opt.zero_grad(set_to_none=True)
+        if step in nan_steps:
+            after = (_flat(model), _adam_state(opt))
+            assert torch.equal(after[0], snaps[step][0])
+            if snaps[step][1]:
+                assert all(torch.equal(a, b) for a, b in zip(after[1], snaps[step][1], strict=True))
+            else:  # no state before the first step: whatever it created is back at its zeros
+                assert all(not t.any() for t in after[1])
+    return model, opt, results
+
+
+def test_sync_free_mode_skips_on_the_device_and_matches_the_host_mode(tmp_path):
+    log = tmp_path / "g.jsonl"
+    model, opt, results = _adam_run(4, nan_steps=(0, 6), log=str(log))  # 0: before Adam has state
+    assert [r.action for r in results[:3]] == [Action.DEFERRED] * 3
+    assert all(math.isnan(r.loss) for r in results[:3])  # nothing read back yet
+    read_backs = [r for r in results if r.step % 4 == 3]
+    assert [r.events for r in read_backs] == [("nonfinite",), ("nonfinite",), (), ()]
+    assert all(math.isfinite(r.loss) for r in read_backs)
+    events = [json.loads(s) for s in log.read_text().splitlines()]
+    assert [(e["step"], e["kind"], e["action"]) for e in events] == [
+        (0, "nonfinite", "skip"),
+        (6, "nonfinite", "skip"),
+    ]
+    ref_model, ref_opt, ref_results = _adam_run(0, nan_steps=(0, 6))
+    assert [r.action for r in ref_results].count(Action.SKIP) == 2
+    assert torch.equal(_flat(model), _flat(ref_model))  # the masked update is the same update
+    assert all(
+        torch.equal(a, b) for a, b in zip(_adam_state(opt), _adam_state(ref_opt), strict=True)
+    )
+
+
+def test_sync_free_mode_rolls_back_after_the_lr_jump():
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    guard = TrainingGuard(model, opt, clip_norm=1.0, checkpoint_every=20, sync_every=5)
+    kinds = []
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 400)):
+        if step == 200:
+            opt.param_groups[0]["lr"] *= 100
+        loss = F.mse_loss(model(xb), yb)
+        loss.backward()
+        kinds += guard.step(loss).events
+        opt.zero_grad(set_to_none=True)
+    assert "loss_spike" in kinds and "rollback" in kinds
+    with torch.no_grad():
+        assert F.mse_loss(model(x), y).item() < 0.2
+
+
+def test_sync_free_mode_refuses_a_grad_scaler():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(UsageError, match="sync_every needs scaler=None"):
+        TrainingGuard(model, opt, torch.amp.GradScaler("cpu"), sync_every=4)
