@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--sync-every", type=int, default=0, help="the guard's sync-free mode (0: off)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -86,7 +87,7 @@ def main() -> None:
     for variant in ("plain", "guard"):
         model, opt = _setup(a.device, a.width, a.depth)
         guard = (
-            TrainingGuard(model, opt, clip_norm=1.0, checkpoint_every=0)
+            TrainingGuard(model, opt, clip_norm=1.0, checkpoint_every=0, sync_every=a.sync_every)
             if variant == "guard"
             else None
         )
@@ -104,7 +105,7 @@ def main() -> None:
     paired = [g[0] - p[0] for g, p in zip(rec["guard"], rec["plain"], strict=True)]
     print(json.dumps({
         "device": a.device, "width": a.width, "depth": a.depth, "batch": a.batch,
-        "steps": a.steps, "threads": torch.get_num_threads(), **med,
+        "steps": a.steps, "threads": torch.get_num_threads(), "sync_every": a.sync_every, **med,
         "overhead_pct": 100 * statistics.median(paired) / med["plain"]["step_ms"] * 1e3,
         "host_syncs_per_step": ({v: sum(r[2] for r in rs) / len(rs) for v, rs in rec.items()}
                                 if a.device == "cuda" else "not counted on CPU"),
