@@ -56,6 +56,7 @@ OPTIONS = {
     "skip": {"checkpoint_every": 2, "quiet_steps": 2},
     "drop": {"drop_bad_ranks": True},
     "stop": {"warmup": 3, "rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0},
+    "syncfree": {"sync_every": 3, "checkpoint_every": 0},
 }
 
 
@@ -200,3 +201,17 @@ def test_loss_spike_on_one_rank_is_attributed_and_every_rank_stops_together(tmp_
     assert [e["kind"] for e in events if e["step"] >= NAN_STEP] == [
         "loss_spike", "lr_reduced", "loss_spike", "stop"
     ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sync_free_mode_agrees_across_ranks(tmp_path):
+    results = _spawn(tmp_path, "syncfree")
+    for res in results:
+        assert res["before_bad_step"] == res["after_bad_step"]  # skipped on the device
+        assert res["actions"] == ["deferred"] * STEPS  # no rollback: one bad step only
+        assert res["ranks"][5] == [BAD_RANK]  # read back at step 5 (steps 3-5)
+        assert res["final"] == results[0]["final"]
+    for rank in range(WORLD):
+        event = next(e for e in _events(tmp_path, rank) if e["kind"] == "nonfinite")
+        assert (event["step"], event["ranks"], event["action"]) == (NAN_STEP, [BAD_RANK], "skip")
