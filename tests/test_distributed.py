@@ -220,7 +220,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err
-    assert "Traceback" not in err  # workers leave the shutdown to the client
+    assert "KeyboardInterrupt" not in err, err  # workers leave the shutdown to the client
     assert _all_gone(children), "local workers outlived the interrupted scan"
     assert not (tmp_path / "report.json").exists()
     done = len(journal.read_text().splitlines()) - 1
