@@ -208,15 +208,18 @@ class ColumnProfile:
         """Population standard deviation (``numpy.std`` with ddof=0) of the finite values."""
         return math.sqrt(max(self.m2, 0.0) / self.finite) if self.finite else math.nan
 
-    def observe(self, arr: pa.Array, flat: FlatColumn | None = None) -> None:
-        """Add one Arrow array (``flat``: its flattened numeric values, None if not numeric)."""
+    def observe(self, arr: pa.Array, flat: FlatColumn | None = None) -> tuple[Any, Any] | None:
+        """Add one Arrow array (``flat``: its flattened numeric values, None if not numeric).
+
+        Returns what :meth:`add_values` returns, for the value checks to reuse.
+        """
         self.rows += len(arr)
         if flat is None:
             self.nulls += arr.null_count
             self.values += len(arr) - arr.null_count
-            return
+            return None
         self.nulls += arr.null_count if flat.row_nulls is not None else 0
-        self.add_values(flat.values, flat.valid)
+        return self.add_values(flat.values, flat.valid)
 
     def observe_tensor(self, arr: np.ndarray, n_samples: int) -> None:
         """Add a tensor chunk (sample index on axis 0); non-numeric tensors only count rows."""
@@ -226,28 +229,33 @@ class ColumnProfile:
         elif arr.dtype.kind == "b":
             self.values += arr.size
 
-    def add_values(self, values: np.ndarray, valid: np.ndarray | None = None) -> None:
-        """Add flat numeric values (entries where ``valid`` is False are nulls)."""
+    def add_values(
+        self, values: np.ndarray, valid: np.ndarray | None = None
+    ) -> tuple[Any, Any] | None:
+        """Add flat numeric values (entries where ``valid`` is False are nulls).
+
+        Returns ``(values.min(), values.max())`` (NaN-propagating) when there are no nulls, so
+        the value checks need not compute them again; else None.
+        """
         self.numeric = True
         x = values if valid is None else values[valid]
         self.nulls += values.size - x.size
         self.values += x.size
         if x.size == 0:
-            return
-        if x.dtype.kind == "f":
-            lo, hi = x.min(), x.max()  # NaN propagates: a cheap proof that all are finite
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                nan = np.isnan(x)
-                self.nan += int(nan.sum())
-                fin = np.isfinite(x)
-                self.inf += x.size - int(fin.sum()) - int(nan.sum())
-                x = x[fin]
-                if x.size == 0:
-                    return
-                lo, hi = x.min(), x.max()
-        else:
+            return None
+        lo, hi = x.min(), x.max()  # NaN propagates: a cheap proof that all are finite
+        raw = (lo, hi) if valid is None else None
+        if x.dtype.kind == "f" and not (np.isfinite(lo) and np.isfinite(hi)):
+            nan = np.isnan(x)
+            self.nan += int(nan.sum())
+            fin = np.isfinite(x)
+            self.inf += x.size - int(fin.sum()) - int(nan.sum())
+            x = x[fin]
+            if x.size == 0:
+                return raw
             lo, hi = x.min(), x.max()
         self._add_finite(x.astype(np.float64, copy=False), float(lo), float(hi))
+        return raw
 
     def _add_finite(self, x: np.ndarray, lo: float, hi: float) -> None:
         self.min, self.max = min(self.min, lo), max(self.max, hi)

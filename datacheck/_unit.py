@@ -88,9 +88,8 @@ def _column_hits(arr: pa.Array, rules: ColumnRules, prof: ColumnProfile | None =
     t = arr.type
     if is_numeric(leaf_type(t)):
         flat: FlatColumn = flatten(arr)
-        if prof is not None:
-            prof.observe(arr, flat)
-        out = check_values(flat.values, flat.valid, flat.rowmap, rules)
+        minmax = prof.observe(arr, flat) if prof is not None else None
+        out = check_values(flat.values, flat.valid, flat.rowmap, rules, minmax)
         if flat.row_nulls is not None and rules.null is not None:
             h = group_by_row("null", rules.null, flat.row_nulls, RowMap(len(arr)), None)
             if h is not None:

@@ -233,3 +233,20 @@ def test_profile_survives_the_resume_journal(tmp_path: Path) -> None:
     restored = ColumnProfile.from_state(back.profile["x"])
     assert restored.to_dict() == ColumnProfile.from_state(res.profile["x"]).to_dict()
     assert restored.inf == 1 and restored.std == pytest.approx(x[np.isfinite(x)].std())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_profiling_does_not_change_value_findings(tmp_path: Path, seed: int) -> None:
+    """The checks reuse the profile's min/max: findings are the same with and without it."""
+    from conftest import planted_table, site_set
+
+    table, expected = planted_table(rows=3000, seed=seed)
+    emb = np.random.default_rng(seed).standard_normal(3000 * 4)
+    emb[[5, 4000]] = [np.nan, 1e6]
+    table = table.append_column("emb", pa.FixedSizeListArray.from_arrays(pa.array(emb), 4))
+    pq.write_table(table, tmp_path / "p.parquet", row_group_size=700)
+    plain = datacheck.scan(tmp_path / "p.parquet", out=tmp_path / "a", executor="inprocess")
+    prof = datacheck.scan(tmp_path / "p.parquet", out=tmp_path / "b", executor="inprocess",
+                          profile=True)  # fmt: skip
+    extra = {(1, "emb", "nan"), (1000, "emb", "extreme")}
+    assert site_set(plain.findings) == site_set(prof.findings) == expected | extra

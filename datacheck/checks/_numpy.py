@@ -83,13 +83,13 @@ def group_by_row(
     return Hits(check, severity, rows.astype(np.int64, copy=False), counts, first_vals)
 
 
-def _quick_clean(values: np.ndarray, rules: ColumnRules) -> bool:
+def _quick_clean(values: np.ndarray, rules: ColumnRules, minmax: Any = None) -> bool:
     """One cheap pass (min/max, which propagate NaN) proving there is nothing to find."""
     if values.size == 0:
         return True
     if rules.allowed:
         return False
-    lo, hi = values.min(), values.max()
+    lo, hi = minmax if minmax is not None else (values.min(), values.max())
     is_float = values.dtype.kind == "f"
     if is_float and not (np.isfinite(lo) and np.isfinite(hi)):
         return False
@@ -114,7 +114,11 @@ def _range_mask(values: np.ndarray, r) -> np.ndarray:
 
 
 def check_values(
-    values: np.ndarray, valid: np.ndarray | None, rowmap: RowMap, rules: ColumnRules
+    values: np.ndarray,
+    valid: np.ndarray | None,
+    rowmap: RowMap,
+    rules: ColumnRules,
+    minmax: Any = None,
 ) -> list[Hits]:
     """Run the value rules on a flat numeric buffer.
 
@@ -123,6 +127,7 @@ def check_values(
         valid: validity mask (False = null) or None when there are no nulls.
         rowmap: maps each value to its row.
         rules: what to check.
+        minmax: ``(values.min(), values.max())`` if the caller has it already (the profile).
 
     Returns:
         One :class:`Hits` per check that found something.
@@ -132,7 +137,7 @@ def check_values(
         h = group_by_row("null", rules.null, ~valid, rowmap, None)
         if h is not None:
             out.append(h)
-    if valid is None and _quick_clean(values, rules):
+    if valid is None and _quick_clean(values, rules, minmax):
         return out
     is_float = values.dtype.kind == "f"
     finite = np.isfinite(values) if is_float else None
