@@ -113,7 +113,10 @@ def _timestamp(value: Any) -> float:
     if isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, str):
-        value = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        try:
+            value = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return 0.0  # an unknown date format: size and ETag still identify the object
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=_dt.timezone.utc)
@@ -142,7 +145,15 @@ def _fs_head(fs: Any, path: str, n: int = 16) -> bytes:
 
 
 def read_head(url: str, n: int = 16) -> bytes:
-    """The first ``n`` bytes of an object (for format sniffing); ``b""`` if unreadable."""
+    """The first ``n`` bytes of an object, for sniffing its format by magic bytes.
+
+    ``b""`` when its extension already tells the format (no request: planning 1,000 shards must
+    not cost 1,000 GETs) or when it is unreadable (the unit's own read reports that).
+    """
+    from datacheck.formats import detect
+
+    if detect(url, b"") is not None:
+        return b""
     fs, path = _fs(url)
     return _fs_head(fs, path, n)
 

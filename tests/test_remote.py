@@ -197,3 +197,18 @@ def test_missing_credentials_are_one_line_and_exit_2(
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "cannot list (NoCredentialsError" in proc.stderr
+
+
+def test_s3_object_without_extension_is_sniffed_by_magic_bytes(
+    s3_server: str, tmp_path: Path
+) -> None:
+    import s3fs
+
+    x = np.ones(100)
+    x[42] = np.inf
+    local = tmp_path / "blob"
+    pq.write_table(pa.table({"x": x}), local)
+    s3fs.S3FileSystem().put(str(local), f"{BUCKET}/noext/part-0")
+    report = datacheck.scan(f"s3://{BUCKET}/noext/", out=tmp_path / "o", executor="inprocess")
+    assert report.files["format"].tolist() == ["parquet"]
+    assert report.findings["row"].tolist() == [42]
