@@ -272,6 +272,7 @@ def _header(paths: list[str], files: int, rows: int) -> list[str]:
         "# Edit freely. Enforce it with: datacheck scan DATA --schema THIS_FILE",
         "# Column checks: `reference_stats` gives value-level `extreme` (z-score) and per-shard",
         "# `drift` (mean shift / std ratio / constant / all null); `normalized` gives `unnormalized`.",
+        "# Delete `reference_stats` from id- or time-like columns, whose mean moves shard to shard.",
         "schema_type: dataframe",
         "columns:",
     ]
