@@ -47,6 +47,9 @@ def s3_server() -> Iterator[str]:
     os.environ.update(env)
     try:
         _wait_for(endpoint)
+        import s3fs
+
+        s3fs.S3FileSystem().mkdir(BUCKET)
         yield endpoint
     finally:
         proc.terminate()
@@ -76,7 +79,6 @@ def s3_demo(s3_server: str, demo_dir: Path) -> str:
     import s3fs
 
     fs = s3fs.S3FileSystem()
-    fs.mkdir(BUCKET)
     fs.put(str(demo_dir) + "/", f"{BUCKET}/demo/", recursive=True)
     fs.pipe(f"{BUCKET}/demo/_SUCCESS", b"")
     fs.invalidate_cache()
