@@ -10,6 +10,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from datacheck._infer import InferConfig, infer
+from datacheck._profile import load_profile
 from datacheck._scan import ScanConfig, scan
 from datacheck.checks import CHECKS, FP16_MAX, CheckSpec, Severity
 from datacheck.errors import DatacheckError, InputError, SchemaError, UsageError
@@ -21,6 +23,7 @@ __all__ = [
     "CheckSpec",
     "DatacheckError",
     "FP16_MAX",
+    "InferConfig",
     "InputError",
     "Report",
     "ScanConfig",
@@ -28,6 +31,8 @@ __all__ = [
     "Severity",
     "UsageError",
     "__version__",
+    "infer",
+    "load_profile",
     "load_report",
     "load_schema",
     "scan",

@@ -32,7 +32,7 @@ from typing import Any
 
 from datacheck import findings as fnd
 from datacheck._profile import ColumnProfile, merge_profiles, write_profile
-from datacheck.checks._registry import CheckSpec, Severity
+from datacheck.checks._registry import DRIFT, UNNORMALIZED, CheckSpec, Severity
 from datacheck.checks._rules import Normalized, Reference
 
 __all__ = [
@@ -44,15 +44,6 @@ __all__ = [
     "profile_findings",
 ]
 
-DRIFT = CheckSpec(
-    "drift", Severity.ERROR, "column",
-    "a shard whose column statistics disagree with the reference or the other shards "
-    "(mean shift, std ratio, constant, all null); row is null",
-)  # fmt: skip
-UNNORMALIZED = CheckSpec(
-    "unnormalized", Severity.ERROR, "column",
-    "a column marked normalized whose shard mean/std are far from the target; row is null",
-)  # fmt: skip
 MIN_VALUES = 30
 """Finite values a shard needs before its mean and std are compared."""
 CONSENSUS_MIN_SHARDS = 3

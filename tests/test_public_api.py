@@ -12,12 +12,14 @@ def test_public_names_are_pinned() -> None:
     assert datacheck.__all__ == sorted(datacheck.__all__)
     assert set(datacheck.__all__) >= {
         "CHECKS", "DatacheckError", "InputError", "Report", "ScanConfig", "SchemaError",
-        "Severity", "UsageError", "load_report", "load_schema", "scan",
+        "Severity", "UsageError", "infer", "load_profile", "load_report", "load_schema", "scan",
     }
 
 
 def test_check_names_are_stable() -> None:
-    assert set(datacheck.CHECKS) == {"nan", "inf", "null", "extreme", "out_of_range", "corrupt", "schema"}
+    assert set(datacheck.CHECKS) == {
+        "nan", "inf", "null", "extreme", "out_of_range", "corrupt", "schema", "drift", "unnormalized",
+    }
 
 
 def test_parquet_scan_never_imports_torch_or_dask(tmp_path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datacheck.checks._registry import (
     CHECKS,
     CORRUPT,
+    DRIFT,
     EXTREME,
     FP16_MAX,
     INF,
@@ -17,6 +18,7 @@ from datacheck.checks._registry import (
     NULL,
     OUT_OF_RANGE,
     SCHEMA,
+    UNNORMALIZED,
     CheckSpec,
     Severity,
     get_check,
@@ -25,6 +27,7 @@ from datacheck.checks._registry import (
 __all__ = [
     "CHECKS",
     "CORRUPT",
+    "DRIFT",
     "EXTREME",
     "FP16_MAX",
     "INF",
@@ -32,6 +35,7 @@ __all__ = [
     "NULL",
     "OUT_OF_RANGE",
     "SCHEMA",
+    "UNNORMALIZED",
     "CheckSpec",
     "Severity",
     "get_check",

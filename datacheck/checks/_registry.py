@@ -65,8 +65,23 @@ SCHEMA = CheckSpec(
     "a column missing or unexpected, or a dtype that differs from the schema or other shards",
 )
 
+DRIFT = CheckSpec(
+    "drift",
+    Severity.ERROR,
+    "column",
+    "a shard whose column statistics disagree with the reference or the other shards "
+    "(mean shift, std ratio, constant, all null); row is null",
+)
+UNNORMALIZED = CheckSpec(
+    "unnormalized",
+    Severity.ERROR,
+    "column",
+    "a column marked normalized whose shard mean/std are far from the target; row is null",
+)
+
 CHECKS: dict[str, CheckSpec] = {
-    c.name: c for c in (NAN, INF, NULL, EXTREME, OUT_OF_RANGE, CORRUPT, SCHEMA)
+    c.name: c
+    for c in (NAN, INF, NULL, EXTREME, OUT_OF_RANGE, CORRUPT, SCHEMA, DRIFT, UNNORMALIZED)
 }
 """Built-in checks by name.  Schema-declared checks report under their own names too."""
 
