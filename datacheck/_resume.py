@@ -93,8 +93,8 @@ class Journal:
         res = UnitResult(**{k: entry[k] for k in _STORED if k in entry})
         if res.part_file is not None:
             res.part_file = str(self.parts / res.part_file)
-            if not os.path.exists(res.part_file):
-                return None  # its findings are gone: scan the unit again
+            if not fnd.part_is_readable(res.part_file):
+                return None  # its findings are gone or damaged: scan the unit again
         return res
 
     def split(self, units: Sequence[WorkUnit]) -> tuple[list[UnitResult], list[WorkUnit]]:

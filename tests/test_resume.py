@@ -100,8 +100,9 @@ def test_resume_rescans_only_files_that_changed(data: Path, tmp_path: Path) -> N
     assert sorted(rows[rows["path"] == changed[0]]["row"].tolist()) == [1, 2]
 
 
+@pytest.mark.parametrize("damage", ["lost", "truncated"])
 def test_a_torn_last_line_and_a_lost_part_mean_rescanning_those_units(
-    data: Path, tmp_path: Path
+    data: Path, tmp_path: Path, damage: str
 ) -> None:
     clean = tmp_path / "clean"
     datacheck.scan(data, out=clean, executor="inprocess")
@@ -110,7 +111,11 @@ def test_a_torn_last_line_and_a_lost_part_mean_rescanning_those_units(
         datacheck.scan(data, out=out, executor="inprocess", progress=_stop_after(5))
     entries = _units(out)
     with_part = next(e for e in entries if e["part_file"])
-    os.remove(out / "parts" / with_part["part_file"])
+    part = out / "parts" / with_part["part_file"]
+    if damage == "lost":
+        os.remove(part)
+    else:  # a machine crash before the part reached the disk
+        part.write_bytes(part.read_bytes()[:20])
     with open(out / JOURNAL, "a") as fh:
         fh.write('{"key": "torn')  # the write a kill -9 interrupted
     counter = _counting()
