@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from datacheck import findings as fnd
-from datacheck._unit import UnitResult, _safe_name
+from datacheck._unit import UnitResult
 from datacheck.errors import UsageError
 from datacheck.formats import WorkUnit
 
@@ -111,9 +111,7 @@ class Journal:
         client holds at most one unit's findings at a time.
         """
         if res.table is not None and res.table.num_rows:
-            dest = self.parts / f"{_safe_name(res.key)}.parquet"
-            fnd.write_atomic(res.table, dest)
-            res.part_file, res.table = str(dest), None
+            res.part_file, res.table = fnd.write_part(res.table, self.parts, res.key), None
         entry = {k: v for k, v in _fields_of(res).items() if k in _STORED}
         if res.part_file is not None:
             entry["part_file"] = os.path.relpath(res.part_file, self.parts)

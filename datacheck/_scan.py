@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from datacheck import findings as fnd
 from datacheck._discover import discover, plan_units
@@ -184,7 +183,7 @@ def _write_manifest(out: Path, results: list[UnitResult], extra: list[fnd.Findin
         for r in sorted(results, key=lambda r: (r.path, r.part)):
             table = r.table
             if r.part_file is not None:
-                table = pq.read_table(r.part_file)
+                table = fnd.read_part(r.part_file)
             if table is None:
                 continue
             if r.corrupt and r.path in seen_corrupt:

@@ -12,7 +12,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -157,7 +156,7 @@ def _check_chunk(
         return
     meta = batch.schema.metadata or {}
     integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
-    for name, column in zip(batch.schema.names, batch.columns):
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
         leaf = leaf_type(column.type)
         is_float = pa.types.is_floating(leaf) and name not in integer_columns
         numeric = is_numeric(leaf)
@@ -190,6 +189,7 @@ def _guarded(chunks: Iterator[Chunk], errors: list[str]) -> Iterator[Chunk]:
             errors.append(_reader_error(exc))
             return
         yield chunk
+        del chunk  # one chunk in memory at a time: drop it before reading the next
 
 
 def scan_unit(
@@ -227,6 +227,7 @@ def scan_unit(
         for chunk in _guarded(opened.chunks, errors):
             _check_chunk(chunk, schema, col, profiler)
             res.rows += chunk.num_rows
+            del chunk  # before the reader fetches the next one
         if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
             errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
         if not tabular:  # tensor readers may discover keys while reading (tar shards)
@@ -254,15 +255,7 @@ def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
     if parts_dir is None or table.num_rows == 0 or not os.path.isdir(parts_dir):
         res.table = table if table.num_rows else None
         return
-    dest = Path(parts_dir) / f"{_safe_name(res.key)}.parquet"
-    fnd.write_atomic(table, dest)
-    res.part_file = str(dest)
-
-
-def _safe_name(key: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(key.encode()).hexdigest()[:20]
+    res.part_file = fnd.write_part(table, parts_dir, res.key)
 
 
 def schema_findings(unit: WorkUnit, columns: dict[str, str], schema: CompiledSchema) -> list[fnd.Finding]:

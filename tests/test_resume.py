@@ -14,6 +14,7 @@ import pytest
 from _clusterkit import comparable, manifest
 
 import datacheck
+from datacheck import findings as fnd
 from datacheck._resume import JOURNAL, Journal
 from datacheck._unit import UnitResult
 from datacheck.checks._registry import Severity
@@ -170,7 +171,7 @@ def test_findings_sent_back_in_a_result_are_spilled_to_a_part(tmp_path: Path) ->
     reopened.close()
     (stored,) = reopened._done.values()
     assert stored.corrupt == "boom" and stored.counts == {"corrupt": 1}
-    assert pq.read_table(stored.part_file).column("value").to_pylist() == ["boom"]
+    assert fnd.read_part(stored.part_file).column("value").to_pylist() == ["boom"]
 
 
 def test_a_worker_that_cannot_see_the_parts_folder_returns_its_findings(

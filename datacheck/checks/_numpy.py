@@ -66,7 +66,13 @@ def group_by_row(
     check: str, severity: Severity, mask: np.ndarray, rowmap: RowMap, values: np.ndarray | None
 ) -> Hits | None:
     """Turn a mask over flat values into per-row hits, or None when the mask is all False."""
-    idx = np.flatnonzero(mask)
+    return group_indices(check, severity, np.flatnonzero(mask), rowmap, values)
+
+
+def group_indices(
+    check: str, severity: Severity, idx: np.ndarray, rowmap: RowMap, values: np.ndarray | None
+) -> Hits | None:
+    """Per-row hits from ascending flat value indices, or None when there are none."""
     if idx.size == 0:
         return None
     rows = rowmap.rows(idx)
@@ -113,6 +119,33 @@ def _range_mask(values: np.ndarray, r) -> np.ndarray:
     return bad
 
 
+def _magnitude_hits(
+    values: np.ndarray, valid: np.ndarray | None, rowmap: RowMap, rules: ColumnRules, is_float: bool
+) -> list[Hits]:
+    """``inf`` and the magnitude bounds from one pass: |x| > the smallest bound (Inf included,
+    NaN never) picks the candidates, which are few; each check then looks at those only."""
+    want_inf = is_float and rules.inf is not None
+    if not rules.bounds and not want_inf:
+        return []
+    if rules.bounds:
+        cand = np.flatnonzero(np.abs(values) > min(b.max_abs for b in rules.bounds))
+    else:
+        cand = np.flatnonzero(np.isinf(values))
+    if valid is not None:
+        cand = cand[valid[cand]]
+    if cand.size == 0:
+        return []
+    picked = values[cand]
+    infinite = np.isinf(picked) if is_float else np.zeros(cand.size, dtype=bool)
+    out = []
+    if want_inf:
+        out.append(group_indices("inf", rules.inf, cand[infinite], rowmap, values))
+    for b in rules.bounds:
+        sel = cand[~infinite & (np.abs(picked) > b.max_abs)]
+        out.append(group_indices(b.check, b.severity, sel, rowmap, values))
+    return [h for h in out if h is not None]
+
+
 def check_values(
     values: np.ndarray,
     valid: np.ndarray | None,
@@ -140,9 +173,6 @@ def check_values(
     if valid is None and _quick_clean(values, rules, minmax):
         return out
     is_float = values.dtype.kind == "f"
-    finite = np.isfinite(values) if is_float else None
-    if valid is not None and finite is not None:
-        finite &= valid
 
     def add(check: str, severity: Severity, mask: np.ndarray) -> None:
         if valid is not None:
@@ -151,16 +181,10 @@ def check_values(
         if h is not None:
             out.append(h)
 
-    if is_float:
-        if rules.nan is not None:
-            add("nan", rules.nan, np.isnan(values))
-        if rules.inf is not None:
-            add("inf", rules.inf, np.isinf(values))
-    for b in rules.bounds:
-        mask = np.abs(values) > b.max_abs
-        if finite is not None:
-            mask &= finite
-        add(b.check, b.severity, mask)
+    if is_float and rules.nan is not None:
+        add("nan", rules.nan, np.isnan(values))
+    out.extend(_magnitude_hits(values, valid, rowmap, rules, is_float))
+    finite = np.isfinite(values) if is_float and rules.ranges else None
     for r in rules.ranges:
         mask = _range_mask(values, r)
         if finite is not None:

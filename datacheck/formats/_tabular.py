@@ -27,8 +27,10 @@ def _type_names(schema: pa.Schema) -> dict[str, str]:
 def _batches_with_offsets(batches: Iterator[pa.RecordBatch], start: int) -> Iterator[Chunk]:
     offset = start
     for batch in batches:
+        n = batch.num_rows
         yield Chunk(row_offset=offset, batch=batch)
-        offset += batch.num_rows
+        del batch
+        offset += n
 
 
 class ParquetFormat(Format):
@@ -56,8 +58,8 @@ class ParquetFormat(Format):
         return units
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        pf = pq.ParquetFile(_remote.source(unit.path), page_checksum_verification=True,
-                            memory_map=not _remote.is_url(unit.path))
+        # No memory map: mapped pages would count against RSS for the whole file.
+        pf = pq.ParquetFile(_remote.source(unit.path), page_checksum_verification=True)
         meta = pf.metadata
         lo, hi = unit.row_groups or (0, meta.num_row_groups)
         expected = sum(meta.row_group(i).num_rows for i in range(lo, hi))
@@ -66,8 +68,10 @@ class ParquetFormat(Format):
             offset = unit.row_offset
             for i in range(lo, hi):
                 table = pf.read_row_group(i)
+                n = table.num_rows
                 yield Chunk(row_offset=offset, batch=table)
-                offset += table.num_rows
+                del table  # never hold two row groups at once
+                offset += n
 
         schema = pf.schema_arrow
         return Opened(_type_names(schema), chunks(), expected_rows=expected, arrow_schema=schema)
