@@ -55,14 +55,21 @@ def leaf_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+_NUMPY_TYPES = {
+    pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64,
+    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+}  # fmt: skip
+
+
 def _primitive(arr: pa.Array) -> FlatColumn:
+    """A zero-copy NumPy view of the values buffer (``to_numpy`` would import pandas)."""
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
-    if arr.null_count == 0:
-        return FlatColumn(arr.to_numpy(zero_copy_only=True), None, RowMap(len(arr)))
-    dtype = np.dtype(arr.type.to_pandas_dtype())
+    dtype = _NUMPY_TYPES[arr.type]
     values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
-    return FlatColumn(values, np.asarray(arr.is_valid()), RowMap(len(arr)))
+    valid = np.asarray(arr.is_valid()) if arr.null_count else None
+    return FlatColumn(values, valid, RowMap(len(arr)))
 
 
 def flatten(arr: pa.Array) -> FlatColumn:

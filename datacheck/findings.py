@@ -59,13 +59,30 @@ _COMPACT_SCHEMA = pa.schema(
 )
 
 
+# Arrays are built from NumPy buffers directly: ``pa.array`` imports pandas (~0.3 s) on its
+# first call, a cost a Parquet scan should not pay.
+_NP_TYPES = {np.dtype(np.int32): pa.int32(), np.dtype(np.int64): pa.int64(),
+             np.dtype(np.float64): pa.float64()}  # fmt: skip
+
+
+def _numeric(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(_NP_TYPES[values.dtype], len(values), [None, pa.py_buffer(values)])
+
+
+def _strings(texts: Sequence[str]) -> pa.Array:
+    data = [t.encode() for t in texts]
+    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+    return pa.Array.from_buffers(pa.string(), len(data), buffers)
+
+
 def _const(text: str | None, n: int) -> pa.Array:
     """A length-``n`` dictionary array holding one string: O(n) int32 indices, one string."""
     if text is None:
         return pa.nulls(n, _DICT)
-    return pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(n, dtype=np.int32)), pa.array([text], pa.string())
-    )
+    return pa.DictionaryArray.from_arrays(_numeric(np.zeros(n, dtype=np.int32)), _strings([text]))
 
 
 def _value_strings(hits: Hits) -> pa.Array:
@@ -76,9 +93,9 @@ def _value_strings(hits: Hits) -> pa.Array:
     if hits.check == "nan":
         return _const("nan", n)
     if hits.check == "inf":
-        indices = pa.array((hits.values < 0).astype(np.int32))
-        return pa.DictionaryArray.from_arrays(indices, pa.array(["inf", "-inf"]))
-    return pc.dictionary_encode(pc.cast(pa.array(hits.values, pa.float64()), pa.string()))
+        indices = _numeric((hits.values < 0).astype(np.int32))
+        return pa.DictionaryArray.from_arrays(indices, _strings(["inf", "-inf"]))
+    return pc.dictionary_encode(pc.cast(_numeric(hits.values.astype(np.float64)), pa.string()))
 
 
 def hits_table(path: str, column: str, hits: Hits, row_offset: int) -> pa.Table:
@@ -87,12 +104,12 @@ def hits_table(path: str, column: str, hits: Hits, row_offset: int) -> pa.Table:
     return pa.table(
         [
             _const(path, n),
-            pa.array(hits.rows + row_offset, pa.int64()),
+            _numeric((hits.rows + row_offset).astype(np.int64)),
             _const(column, n),
             _const(hits.check, n),
             _const(hits.severity.value, n),
             _value_strings(hits),
-            pa.array(np.minimum(hits.counts, np.iinfo(np.int32).max).astype(np.int32)),
+            _numeric(np.minimum(hits.counts, np.iinfo(np.int32).max).astype(np.int32)),
         ],
         schema=_COMPACT_SCHEMA,
     )
@@ -126,7 +143,7 @@ def findings_table(findings: Sequence[Finding]) -> pa.Table:
 
 
 def empty_table() -> pa.Table:
-    return _COMPACT_SCHEMA.empty_table()
+    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in _COMPACT_SCHEMA], schema=_COMPACT_SCHEMA)
 
 
 def concat(tables: Iterable[pa.Table]) -> pa.Table:
