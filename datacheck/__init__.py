@@ -10,13 +10,27 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from datacheck._infer import InferConfig, infer
-from datacheck._profile import load_profile
 from datacheck._scan import ScanConfig, scan
 from datacheck.checks import CHECKS, FP16_MAX, CheckSpec, Severity
 from datacheck.errors import DatacheckError, InputError, SchemaError, UsageError
 from datacheck.report import Report, load_report
 from datacheck.schema import load_schema
+
+_LAZY = {
+    "InferConfig": "datacheck._infer",
+    "infer": "datacheck._infer",
+    "load_profile": "datacheck._profile",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import rarely used entry points on first use (keeps ``import datacheck`` light)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'datacheck' has no attribute {name!r}")
+
 
 __all__ = [
     "CHECKS",
