@@ -47,9 +47,7 @@ def _walk(root: Path) -> tuple[list[str], list[str]]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")) or "=" in d)
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            if name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc"):
-                ignored.append(full)
-            elif detect(full, _head(full)) is None:
+            if name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc") or detect(full, _head(full)) is None:
                 ignored.append(full)
             else:
                 files.append(full)

@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datacheck._summary import format_size
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -51,14 +53,6 @@ def _num(value: int | float, field: str) -> str:
     return f'<td class="num" data-field="{field}" data-value="{value}">{text}</td>'
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)  # pragma: no cover
-
-
 def _verdict(report: Report) -> str:
     code = report.exit_code()
     fail_on = report.settings.get("fail_on", "error")
@@ -73,7 +67,7 @@ def _summary_table(report: Report) -> str:
     cells = [("files", s["files"]), ("rows", s["rows"]), ("bytes", s["bytes"])]
     cells += [(k, s["status"][k]) for k in ("ok", "flagged", "corrupt")]
     head = "".join(f"<th>{k}</th>" for k, _ in cells) + "<th>size</th>"
-    body = "".join(_num(v, k) for k, v in cells) + f"<td>{_size(s['bytes'])}</td>"
+    body = "".join(_num(v, k) for k, v in cells) + f"<td>{format_size(s['bytes'])}</td>"
     return f'<table id="summary"><tr>{head}</tr><tr>{body}</tr></table>'
 
 

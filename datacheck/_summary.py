@@ -5,7 +5,7 @@ from __future__ import annotations
 from datacheck.report import MANIFEST, Report
 
 
-def _size(n: float) -> str:
+def format_size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -18,7 +18,7 @@ def render_text(report: Report) -> str:
     st = s["status"]
     lines = [
         f"scanned {s['files']} files ({st['ok']} ok, {st['flagged']} flagged, "
-        f"{st['corrupt']} corrupt), {s['rows']:,} rows, {_size(s['bytes'])} in {s['seconds']:.2f} s",
+        f"{st['corrupt']} corrupt), {s['rows']:,} rows, {format_size(s['bytes'])} in {s['seconds']:.2f} s",
     ]
     if s["sites"]:
         lines.append("")

@@ -136,10 +136,10 @@ class Report:
     @property
     def findings(self) -> pd.DataFrame:
         """The quarantine manifest as a DataFrame (one row per bad value-site)."""
-        from datacheck.findings import read_manifest
-
         import pandas as pd
         import pyarrow as pa
+
+        from datacheck.findings import read_manifest
 
         table = read_manifest(self.manifest_path)
         mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}

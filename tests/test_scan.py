@@ -39,7 +39,7 @@ def test_demo_without_schema_uses_defaults(demo_dir: Path, tmp_path: Path) -> No
     report = datacheck.scan(demo_dir, out=tmp_path / "o")
     f = report.findings
     # without a schema: the 1.5e6 and 3e5 values are fp16-overflow warnings, the null a warning
-    warn = set(zip(f[f.severity == "warning"].column, f[f.severity == "warning"].check))
+    warn = set(zip(f[f.severity == "warning"].column, f[f.severity == "warning"].check, strict=True))
     assert warn == {("x0", "extreme"), ("embedding", "extreme"), ("x3", "null")}
     assert not report.ok and report.exit_code("never") == 0
 

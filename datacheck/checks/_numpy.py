@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from datacheck.checks._registry import Severity
-from datacheck.checks._rules import ColumnRules
+from datacheck.checks._rules import ColumnRules, range_holds
 
 
 @dataclass(frozen=True)
@@ -96,18 +96,7 @@ def _quick_clean(values: np.ndarray, rules: ColumnRules, minmax: Any = None) -> 
     if rules.allowed:
         return False
     lo, hi = minmax if minmax is not None else (values.min(), values.max())
-    is_float = values.dtype.kind == "f"
-    if is_float and not (np.isfinite(lo) and np.isfinite(hi)):
-        return False
-    for b in rules.bounds:
-        if lo < -b.max_abs or hi > b.max_abs:
-            return False
-    for r in rules.ranges:
-        if r.min is not None and (lo < r.min or (lo == r.min and not r.include_min)):
-            return False
-        if r.max is not None and (hi > r.max or (hi == r.max and not r.include_max)):
-            return False
-    return True
+    return range_holds(rules, float(lo), float(hi), values.dtype.kind == "f")
 
 
 def _range_mask(values: np.ndarray, r) -> np.ndarray:

@@ -156,3 +156,20 @@ def default_rules(is_float: bool, is_numeric: bool) -> ColumnRules:
         null=Severity.WARNING if is_numeric else None,
         bounds=(Bound(FP16_MAX),) if is_float else (),
     )
+
+
+def range_holds(rules: ColumnRules, lo: float, hi: float, is_float: bool) -> bool:
+    """True when every value in ``[lo, hi]`` (a column's min and max) passes the bounds and
+    ranges.  Shared by the NumPy and torch bodies for their one-pass clean check; a NaN
+    min/max (NaN propagates through both) fails it."""
+    if is_float and not (math.isfinite(lo) and math.isfinite(hi)):
+        return False
+    if any(lo < -b.max_abs or hi > b.max_abs for b in rules.bounds):
+        return False
+    for r in rules.ranges:
+        if r.min is not None and (lo < r.min or (lo == r.min and not r.include_min)):
+            return False
+        if r.max is not None and (hi > r.max or (hi == r.max and not r.include_max)):
+            return False
+    return True
+

@@ -18,7 +18,6 @@ The check is two steps so that the host waits at most once per clean batch:
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ import torch
 
 from datacheck.checks._numpy import RowMap, check_values
 from datacheck.checks._registry import Severity
-from datacheck.checks._rules import Bound, ColumnRules, Range
+from datacheck.checks._rules import Bound, ColumnRules, Range, range_holds
 from datacheck.errors import UsageError
 
 ROOT_KEY = "batch"
@@ -245,17 +244,7 @@ def _clean_on_cpu(x: torch.Tensor, rules: ColumnRules) -> bool:
     Clean leaves, the common case, then skip the per-sample reductions entirely.
     """
     lo_t, hi_t = torch.aminmax(x)
-    lo, hi = float(lo_t), float(hi_t)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return False
-    if any(lo < -b.max_abs or hi > b.max_abs for b in rules.bounds):
-        return False
-    for r in rules.ranges:
-        if r.min is not None and (lo < r.min or (lo == r.min and not r.include_min)):
-            return False
-        if r.max is not None and (hi > r.max or (hi == r.max and not r.include_max)):
-            return False
-    return True
+    return range_holds(rules, float(lo_t), float(hi_t), True)
 
 
 @dataclass
