@@ -22,12 +22,17 @@ class UnknownFormat(Format):
 
     def open(self, unit: WorkUnit, options: object) -> Opened:
         raise ValueError(
-            "unrecognised format: not Parquet, CSV, Arrow IPC/Feather or JSON Lines "
-            "(by extension or magic bytes)"
+            f"unrecognised format: not {_known_formats()} (by extension or magic bytes)"
         )
 
 
 register(UnknownFormat())
+
+
+def _known_formats() -> str:
+    from datacheck.formats import formats
+
+    return ", ".join(sorted(n for n in formats() if n != "unknown"))
 
 
 def _head(path: str) -> bytes:
@@ -88,7 +93,10 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
             else:
                 seen.setdefault(os.path.normpath(match), str(p.parent))
     if not seen:
-        raise InputError(f"inputs {inputs!r}: no data files found (Parquet, CSV, Arrow, JSON Lines)")
+        raise InputError(
+            f"inputs {inputs!r}: no data files found ({_known_formats()}); "
+            "check the path, or name a file explicitly"
+        )
     return sorted(seen.items()), sorted(set(ignored) - set(seen))
 
 

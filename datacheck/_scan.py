@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 import warnings
@@ -203,6 +204,20 @@ def _drop_corrupt(table: pa.Table) -> pa.Table:
     return table.filter(pc.not_equal(table["check"].cast(pa.string()), "corrupt"))
 
 
+def _output_dir(out: str | Path) -> Path:
+    """Create the output folder, or say in one line why it cannot be."""
+    out_dir = Path(out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {str(out)!r}: cannot create it ({exc.strerror}); pass a writable folder"
+        ) from exc
+    if not os.access(out_dir, os.W_OK):
+        raise UsageError(f"--out {str(out)!r}: not writable; pass a writable folder")
+    return out_dir
+
+
 def scan(
     paths: str | Sequence[str],
     schema: Any = None,
@@ -238,8 +253,7 @@ def scan(
     if out is None:
         keepalive = tempfile.TemporaryDirectory(prefix="datacheck-")
         out = keepalive.name
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _output_dir(out)
     parts = out_dir / "parts"
     fingerprint = {"inputs": inputs, "schema": compiled.source if compiled else None,
                    "unit_bytes": config.unit_bytes}
