@@ -66,7 +66,7 @@ def test_json_summary_on_stdout(demo_dir: Path, tmp_path: Path) -> None:
         (["scan", ".", "--fail-on", "sometimes"], "invalid choice"),
         (["scan", ".", "--workers", "0"], "workers must be >= 1"),
         (["scan"], "required"),
-        (["scan", ".", "--out", "/proc/datacheck-cannot-write-here"], "pass a writable folder"),
+        (["scan", "data.csv", "--out", "/proc/datacheck-cannot-write-here"], "pass a writable folder"),
         (["scan", "empty"], "no data files found"),
         (["frobnicate"], "invalid choice"),
     ],
@@ -78,6 +78,7 @@ def test_user_errors_are_one_line_exit_2(args: list[str], needle: str | None, tm
         args = ["scan", str(tmp_path), "--schema", str(bad)]
         needle = "invalid YAML"
     (tmp_path / "empty").mkdir()
+    (tmp_path / "data.csv").write_text("x\n1.0\n")
     r = run(*args, cwd=tmp_path)
     assert r.returncode == ExitCode.USAGE
     assert "Traceback" not in r.stderr
