@@ -235,7 +235,8 @@ def scan(
         out: output folder for ``report.json`` and ``quarantine.parquet`` (default: a
             temporary folder that lives as long as the returned report).
         config: scan settings; keyword overrides (``fail_on=``, ``workers=``, ...) build one.
-        progress: called as ``progress(result, done_units, total_units)`` after each unit.
+        progress: called as ``progress(result, done_units, total_units)`` after each unit; if
+            it has a ``start(units)`` method, that is called first with the planned units.
 
     Returns:
         The :class:`~datacheck.Report`.
@@ -269,6 +270,8 @@ def scan(
                  sketch=config.profile)  # fmt: skip
     start = time.perf_counter()
     workers = config.workers or default_workers()
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(units)
     running = run_units(fn, todo, config.executor, workers, **config.run_options())
     try:  # on Ctrl-C / errors: stop the executor now, keep journal + parts for --resume
         for r in running:

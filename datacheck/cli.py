@@ -89,22 +89,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress_bar(enabled: bool | None) -> Any:
+class _ProgressBar:
+    """A tqdm bar on stderr over the bytes scanned, with files done / total beside it."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=0, unit="B", unit_scale=True, desc="scanning", file=sys.stderr,
+                        leave=False)  # fmt: skip
+        self._parts: dict[str, int] = {}
+        self._files_done = 0
+        self._files = 0
+
+    def start(self, units: Sequence[Any]) -> None:
+        """Called by ``scan`` with the planned work units, before any runs."""
+        self.bar.total = sum(u.size // max(u.n_parts, 1) for u in units)
+        self._files = len({u.path for u in units})
+        self.bar.refresh()
+
+    def __call__(self, result: Any, done: int, total: int) -> None:
+        seen = self._parts[result.path] = self._parts.get(result.path, 0) + 1
+        if seen == result.n_parts:
+            self._files_done += 1
+        self.bar.update(result.bytes)
+        self.bar.set_postfix_str(f"files {self._files_done}/{self._files}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress_bar(enabled: bool | None) -> _ProgressBar | None:
     if enabled is None:
         enabled = sys.stderr.isatty()
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    bar = tqdm(total=0, unit="B", unit_scale=True, desc="scanning", file=sys.stderr, leave=False)
-
-    def update(result: Any, done: int, total: int) -> None:
-        bar.total = max(bar.total or 0, 1)
-        bar.update(result.bytes)
-        bar.set_postfix_str(f"units {done}/{total}")
-
-    update.bar = bar  # type: ignore[attr-defined]
-    return update
+    return _ProgressBar() if enabled else None
 
 
 def _run_scan(args: argparse.Namespace) -> int:
@@ -119,7 +136,7 @@ def _run_scan(args: argparse.Namespace) -> int:
         report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)
     finally:
         if progress is not None:
-            progress.bar.close()
+            progress.close()
     if args.html:
         report.write_html()
     if args.output_format == "json":

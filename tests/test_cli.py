@@ -90,6 +90,8 @@ def test_user_errors_are_one_line_exit_2(args: list[str], needle: str | None, tm
 def test_progress_bar_when_asked(demo_dir: Path, tmp_path: Path) -> None:
     r = run("scan", str(demo_dir), "--out", str(tmp_path / "o"), "--progress")
     assert "scanning" in r.stderr
+    assert "files 5/5" in r.stderr  # files and bytes, to the last file
+    assert "314k/314k" in r.stderr.replace("B", "")
 
 
 def test_help_and_version_exit_0() -> None:
