@@ -72,6 +72,14 @@ def _primitive(arr: pa.Array) -> FlatColumn:
     return FlatColumn(values, valid, RowMap(len(arr)))
 
 
+def _parents(arr: pa.Array) -> np.ndarray:
+    """Row of every element of ``arr.flatten()`` (null slots contribute no elements)."""
+    lengths = pc.fill_null(pc.list_value_length(arr), 0)
+    counts = np.frombuffer(lengths.buffers()[1], dtype=np.int32 if lengths.type == pa.int32() else np.int64)
+    counts = counts[lengths.offset : lengths.offset + len(lengths)]
+    return np.repeat(np.arange(len(arr), dtype=np.int64), counts)
+
+
 def flatten(arr: pa.Array) -> FlatColumn:
     """Flatten a numeric (possibly nested list) Arrow array for the value checks."""
     n, t = len(arr), arr.type
@@ -84,8 +92,8 @@ def flatten(arr: pa.Array) -> FlatColumn:
         to_row: Callable[[np.ndarray], np.ndarray] = lambda idx: idx // k  # noqa: E731
         direct = RowMap(n, stride=k)
     else:
-        child = arr.flatten()
-        parents = _Lazy(lambda: np.asarray(pc.list_parent_indices(arr)))
+        child = arr.flatten()  # skips the elements behind null slots, so parents must too
+        parents = _Lazy(lambda: _parents(arr))
         to_row = parents.__getitem__
         direct = RowMap(n, parents=parents)
     inner = flatten(child)

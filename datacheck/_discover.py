@@ -109,7 +109,10 @@ def _stat(path: str) -> tuple[int, float, str]:
     """Size, mtime and ETag ("" for local files): the identity of a file for resume."""
     if _remote.is_url(path):
         return _remote.stat(path)
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except OSError:  # a dangling symlink, or gone since listing: its unit reports it corrupt
+        return 0, 0.0, ""
     return st.st_size, st.st_mtime, ""
 
 

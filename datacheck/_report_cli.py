@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from datacheck.errors import UsageError
+
 __all__ = ["add_parser"]
 
 
@@ -27,5 +29,10 @@ def _run_report(args: argparse.Namespace) -> int:
     report = load_report(args.dir)
     print(render_text(report))
     if args.html or args.html_out:
-        print(f"html:       {report.write_html(args.html_out)}")
+        try:
+            dest = report.write_html(args.html_out)
+        except OSError as exc:
+            raise UsageError(f"--html-out {args.html_out!r}: cannot write it ({exc.strerror}); "
+                             "pass a path in a writable folder") from exc
+        print(f"html:       {dest}")
     return 0

@@ -131,6 +131,29 @@ def _file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
     return entries
 
 
+_TEXT_FORMATS = {"csv", "jsonl"}
+
+
+def _dtype_kind(dtype: str, fmt: str) -> str | None:
+    """What shards must agree on: the type, up to differences that are not drift.
+
+    ``null`` (a column with no value in this shard) agrees with anything; string/binary/list
+    offsets widths (``large_*``, ``*_view``) are the same data; and in text formats, where
+    types are inferred, integers and floats are both ``number``.
+    """
+    if dtype == "null":
+        return None
+    for prefix in ("large_", ""):
+        for base in ("string", "binary", "list"):
+            if dtype.startswith(prefix + base):
+                return base + dtype[len(prefix + base):]
+    if dtype in ("string_view", "utf8_view"):
+        return "string"
+    if fmt in _TEXT_FORMATS and dtype.startswith(("int", "uint", "float", "double", "halffloat")):
+        return "number"
+    return dtype
+
+
 def _group_key(entry: dict[str, Any], roots: dict[str, str]) -> tuple[str, str]:
     return roots.get(entry["path"], ""), entry["format"]
 
@@ -152,14 +175,15 @@ def shard_dtype_findings(entries: list[dict[str, Any]], roots: dict[str, str]) -
         dtypes: dict[str, Counter[str]] = defaultdict(Counter)
         for e in members:
             for col, dt in e["columns"].items():
-                dtypes[col][dt] += 1
+                if (kind := _dtype_kind(dt, e["format"])) is not None:
+                    dtypes[col][kind] += 1
         for col, seen in dtypes.items():
             if len(seen) < 2:
                 continue
             ref, n_ref = seen.most_common(1)[0]
             for e in members:
                 dt = e["columns"].get(col)
-                if dt is not None and dt != ref:
+                if dt is not None and _dtype_kind(dt, e["format"]) not in (None, ref):
                     msg = f"dtype {dt}, other shards have {ref} ({n_ref} of {len(members)})"
                     out.append(fnd.Finding(e["path"], "schema", Severity.ERROR, msg, column=col))
     return out

@@ -127,6 +127,10 @@ class ColumnSpec:
     rules: ColumnRules
     required: bool = True
     numeric: bool = True
+    float_rules: ColumnRules | None = None
+    """The rules for float data: ``rules`` plus the fp16 warning when the schema sets no
+    ``max_abs``.  Chosen by the data's type, not the schema's dtype, so a column the schema
+    calls ``int64`` or ``Float64`` still gets its NaN/Inf checked when the file holds floats."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ class CompiledSchema:
         spec = self.columns.get(name)
         if spec is None:
             return default_rules(is_float, is_numeric)
-        return spec.rules
+        return spec.float_rules if is_float and spec.float_rules is not None else spec.rules
 
 
 def _severity(check: Any) -> Severity:
@@ -155,7 +159,6 @@ def _severity(check: Any) -> Severity:
 def _compile_column(name: str, column: Any) -> ColumnSpec:
     dtype = str(column.dtype) if column.dtype is not None else None
     numeric = dtype is None or _is_numeric_dtype(dtype)
-    is_float = dtype is None or dtype.startswith("float")
     bounds: list[Bound] = []
     ranges: list[Range] = []
     allowed: list[Allowed] = []
@@ -190,11 +193,9 @@ def _compile_column(name: str, column: Any) -> ColumnSpec:
             allowed.append(Allowed(check.name, sev, tuple(stats[key]), check.name == "notin"))
         else:
             pandas_checks.append(check)
-    if is_float and not any(b.check == "extreme" for b in bounds):
-        bounds.append(Bound(FP16_MAX))  # the fp16 warning still applies to float columns
     rules = ColumnRules(
-        nan=Severity.ERROR if is_float else None,
-        inf=Severity.ERROR if is_float else None,
+        nan=Severity.ERROR,  # applied to float data only, whatever the schema's dtype says
+        inf=Severity.ERROR,
         null=None if column.nullable else Severity.ERROR,
         bounds=tuple(bounds),
         ranges=tuple(ranges),
@@ -204,7 +205,10 @@ def _compile_column(name: str, column: Any) -> ColumnSpec:
         reference=reference,
         normalized=normalized,
     )
-    return ColumnSpec(name, rules, required=bool(column.required), numeric=numeric)
+    float_rules = rules
+    if not any(b.check == "extreme" for b in bounds):  # the fp16 warning still applies
+        float_rules = replace(rules, bounds=(*rules.bounds, Bound(FP16_MAX)))
+    return ColumnSpec(name, rules, bool(column.required), numeric, float_rules)
 
 
 def _is_numeric_dtype(dtype: str) -> bool:
@@ -275,6 +279,8 @@ def _load_yaml(path: Path) -> tuple[Any, Any]:
     tensors = None
     try:
         text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"schema {where}: not a text file; pass a pandera YAML file") from exc
     except OSError as exc:
         raise SchemaError(
             f"schema {where}: cannot read it ({exc.strerror}); check the path"

@@ -72,6 +72,6 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def site_set(findings) -> set[tuple]:
     """(row, column, check) of value-level findings, from a findings DataFrame."""
-    return {
-        (int(r.row), r.column, r.check) for r in findings.itertuples() if r.row is not None and r.row == r.row
-    }
+    import pandas as pd
+
+    return {(int(r.row), r.column, r.check) for r in findings.itertuples() if not pd.isna(r.row)}

@@ -200,3 +200,69 @@ def test_csv_integer_column_with_floats_in_a_later_block_is_data_not_damage(tmp_
     assert res.corrupt is None
     assert res.rows == 3002
     assert res.table["row"].to_pylist() == [3000]
+
+
+# --- regressions found in review -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_integer_column_with_nan_in_a_later_block(tmp_path: Path, fmt: str) -> None:
+    p = tmp_path / f"late{EXT[fmt]}"
+    if fmt == "csv":
+        p.write_text("a\n" + "3\n" * 3000 + "nan\n")
+    else:
+        p.write_text('{"a": 3}\n' * 3000 + '{"a": NaN}\n')
+    (unit,) = plan_units([(str(p), str(tmp_path))])
+    res = scan_unit(unit, None, None, options={"block_bytes": 1024})
+    assert res.corrupt is None and res.rows == 3001
+    assert res.table["row"].to_pylist() == [3000] and res.counts == {"nan": 1}
+    assert res.columns == {"a": "int64"}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_schema_int_column_holding_nan_is_checked_not_corrupt(tmp_path: Path, fmt: str) -> None:
+    import pandera.pandas as pa_
+
+    schema = pa_.DataFrameSchema({"label": pa_.Column("int64", checks=pa_.Check.in_range(0, 9))})
+    rows = [1, 2, None, 42, 3]
+    p = tmp_path / f"s{EXT[fmt]}"
+    if fmt == "csv":
+        p.write_text("label\n" + "\n".join("nan" if r is None else str(r) for r in rows) + "\n")
+    else:
+        p.write_text("".join(json.dumps({"label": r if r is not None else float("nan")}) + "\n" for r in rows))
+    report = datacheck.scan(p, schema=schema, out=tmp_path / "o")
+    assert site_set(report.findings) == {(2, "label", "nan"), (3, "label", "out_of_range")}
+    assert report.data["files"][0]["status"] == "flagged"
+
+
+def test_list_null_slot_with_elements_behind_it(tmp_path: Path) -> None:
+    """Valid Arrow: a null list slot whose offsets still cover elements (IPC keeps them)."""
+    arr = pa.ListArray.from_arrays(
+        pa.array([0, 2, 4, 6], pa.int32()),
+        pa.array([1.0, 2.0, float("nan"), 4.0, 5.0, float("inf")]),
+        mask=pa.array([False, True, False]),
+    )
+    path = write_table(pa.table({"e": arr}), tmp_path / "l.arrow", "arrow")
+    report = datacheck.scan(path, out=tmp_path / "o")
+    assert site_set(report.findings) == {(1, "e", "null"), (2, "e", "inf")}
+
+
+def test_dangling_symlink_in_a_directory_is_a_corrupt_file(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    _good_parquet(d / "good.parquet")
+    (d / "broken.parquet").symlink_to(tmp_path / "nowhere.parquet")
+    report = datacheck.scan(d, out=tmp_path / "o")
+    status = {Path(f["path"]).name: f["status"] for f in report.data["files"]}
+    assert status == {"good.parquet": "ok", "broken.parquet": "corrupt"}
+
+
+def test_tab_separation_is_decided_by_the_file_name_only(tmp_path: Path) -> None:
+    d = tmp_path / "x.tsv.d"
+    d.mkdir()
+    (d / "data.csv").write_text("a,b\n1,nan\n")
+    (d / "data.tsv.gz").write_bytes(__import__("gzip").compress(b"a\tb\n1\tinf\n"))
+    report = datacheck.scan(d, out=tmp_path / "o")
+    assert {(Path(r.path).name, r.column, r.check) for r in report.findings.itertuples()} == {
+        ("data.csv", "b", "nan"), ("data.tsv.gz", "b", "inf"),
+    }

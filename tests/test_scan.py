@@ -132,3 +132,19 @@ def test_scan_without_out_keeps_a_temporary_report(demo_dir: Path) -> None:
     assert len(report.findings) == 3
     again = datacheck.load_report(report.dir)
     assert again.summary == report.summary
+
+
+def test_shard_dtypes_that_are_not_drift(tmp_path: Path) -> None:
+    """Inferred int vs float in text shards, an all-null column, string vs large_string."""
+    d = tmp_path / "csv"
+    d.mkdir()
+    (d / "s1.csv").write_text("x,note\n1,a\n2,b\n")
+    (d / "s2.csv").write_text("x,note\n1.5,\n2.5,\n")
+    (d / "s3.csv").write_text("x,note\n3.5,c\n4.5,d\n")
+    p = tmp_path / "pq"
+    p.mkdir()
+    pq.write_table(pa.table({"s": pa.array(["a"], pa.string())}), p / "a.parquet")
+    pq.write_table(pa.table({"s": pa.array(["b"], pa.large_string())}), p / "b.parquet")
+    pq.write_table(pa.table({"s": pa.array([None], pa.null())}), p / "c.parquet")
+    report = datacheck.scan([str(d), str(p)], out=tmp_path / "o")
+    assert report.summary["sites"] == {}

@@ -159,3 +159,21 @@ def test_example_schemas_in_repo_load() -> None:
     assert files, "schemas/ should hold example schemas"
     for f in files:
         assert load_schema(f).columns
+
+
+@pytest.mark.parametrize("dtype", ["Float64", "int64", "float32"])
+def test_nan_and_inf_are_checked_whatever_the_schema_dtype_says(tmp_path: Path, dtype: str) -> None:
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"x": pa.array([1.0, np.nan, np.inf], pa.float64())}), p)
+    schema = pa_.DataFrameSchema({"x": pa_.Column(dtype, nullable=True)})
+    report = datacheck.scan(p, schema=schema, out=tmp_path / "o")
+    assert {(1, "x", "nan"), (2, "x", "inf")} <= site_set(report.findings)
+
+
+def test_binary_file_as_schema_is_one_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_bytes(b"\xff\xfe\x00\x93binary")
+    with pytest.raises(SchemaError, match="not a text file"):
+        load_schema(p)

@@ -86,7 +86,7 @@ class CsvFormat(Format):
             _remote.stream(unit.path),
             read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=pacsv.ParseOptions(
-                delimiter="\t" if ".tsv" in unit.path.lower() else ","
+                delimiter="\t" if _base_name(unit.path).endswith(".tsv") else ","
             ),
             convert_options=pacsv.ConvertOptions(
                 column_types=types,
@@ -97,26 +97,46 @@ class CsvFormat(Format):
         )
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        types: dict[str, pa.DataType] = dict(options.get("arrow_types") or {})
-        reader = self._reader(unit, options, types)
-        # Types are inferred from the first block only.  An integer column there may hold
-        # "1.5" or "nan" further down, which is data, not damage: read such columns as float64.
-        widen = {f.name: pa.float64() for f in reader.schema
-                 if pa.types.is_integer(f.type) and f.name not in types}
-        if not widen:
-            _require_text(reader.schema, unit.path)
-            return Opened(_type_names(reader.schema), _batches_with_offsets(iter(reader), 0),
-                          arrow_schema=reader.schema)
+        declared = dict(options.get("arrow_types") or {})
+        return _open_text(lambda types: self._reader(unit, options, types), declared)
+
+
+def _open_text(make_reader: Any, declared: dict[str, pa.DataType]) -> Opened:
+    """Open a text format (CSV, JSON Lines) whose integer columns are read as float64.
+
+    Types are inferred from the first block only, and a schema's ``int64`` is a promise the
+    file may break: an integer column may hold ``1.5`` or ``nan`` further down, which is data
+    to check, not damage.  Such columns are read as float64, reported with their integer
+    dtype, and marked (:data:`INTEGER_COLUMNS`) so they get no float16 bound.
+    """
+    ints = {n for n, t in declared.items() if pa.types.is_integer(t)}
+    types = {n: pa.float64() if n in ints else t for n, t in declared.items()}
+    reader = make_reader(types)
+    inferred = {f.name for f in reader.schema if pa.types.is_integer(f.type) and f.name not in types}
+    if inferred:
         reader.close()
-        reader = self._reader(unit, options, {**types, **widen})
-        _require_text(reader.schema, unit.path)
-        names = _type_names(reader.schema)
-        names.update({n: "int64" for n in widen})
-        marked = (b.replace_schema_metadata({INTEGER_COLUMNS: ",".join(widen)}) for b in reader)
-        return Opened(names, _batches_with_offsets(marked, 0), arrow_schema=reader.schema)
+        types.update(dict.fromkeys(inferred, pa.float64()))
+        reader = make_reader(types)
+    ints |= inferred
+    _require_text(reader.schema)
+    names = _type_names(reader.schema)
+    names.update({n: str(declared.get(n, pa.int64())) for n in ints if n in names})
+    batches: Any = iter(reader)
+    if ints:
+        mark = {INTEGER_COLUMNS: ",".join(sorted(ints))}
+        batches = (b.replace_schema_metadata(mark) for b in reader)
+    return Opened(names, _batches_with_offsets(batches, 0), arrow_schema=reader.schema)
 
 
-def _require_text(schema: pa.Schema, path: str) -> None:
+def _base_name(path: str) -> str:
+    """The file name without a compression suffix, lower case (``x.TSV.gz`` -> ``x.tsv``)."""
+    name = path.rsplit("/", 1)[-1].lower()
+    for suffix in (".gz", ".bz2", ".zst", ".lz4"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _require_text(schema: pa.Schema) -> None:
     """Arrow infers ``binary`` for bytes that are not UTF-8: in a text file that is damage."""
     for f in schema:
         if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
@@ -154,19 +174,20 @@ class JsonLinesFormat(Format):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson", ".json")
 
-    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        types: dict[str, pa.DataType] = dict(options.get("arrow_types") or {})
+    def _reader(self, unit: WorkUnit, options: Mapping[str, Any], types: dict[str, pa.DataType]):
         parse = pajson.ParseOptions(
             explicit_schema=pa.schema(list(types.items())) if types else None,
             unexpected_field_behavior="infer",
         )
-        reader = pajson.open_json(
+        return pajson.open_json(
             _remote.stream(unit.path),
             read_options=pajson.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=parse,
         )
-        schema = reader.schema
-        return Opened(_type_names(schema), _batches_with_offsets(iter(reader), 0), arrow_schema=schema)
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        declared = dict(options.get("arrow_types") or {})
+        return _open_text(lambda types: self._reader(unit, options, types), declared)
 
 
 for _fmt in (ParquetFormat(), CsvFormat(), ArrowFormat(), JsonLinesFormat()):
