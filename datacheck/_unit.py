@@ -221,7 +221,8 @@ def scan_unit(
         res.columns = dict(opened.columns)
         tabular = get_format(unit.format).tabular
         if schema is not None and unit.part == 0 and tabular:
-            for f in schema_findings(unit, res.columns, schema):
+            index = _pandas_index_columns(opened.arrow_schema)
+            for f in schema_findings(unit, res.columns, schema, index):
                 col.finding(f)
         profiler = Profiler(sketch) if profile else None
         for chunk in _guarded(opened.chunks, errors):
@@ -258,8 +259,26 @@ def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
     res.part_file = fnd.write_part(table, parts_dir, res.key)
 
 
-def schema_findings(unit: WorkUnit, columns: dict[str, str], schema: CompiledSchema) -> list[fnd.Finding]:
-    """Columns missing, unexpected, or of another dtype than the schema declares."""
+def _pandas_index_columns(arrow_schema: Any) -> set[str]:
+    """Columns that hold a pandas index (``to_parquet`` stores them): not data columns."""
+    import json
+
+    meta = getattr(arrow_schema, "metadata", None) or {}
+    try:
+        index = json.loads(meta[b"pandas"]).get("index_columns", [])
+    except (KeyError, ValueError, AttributeError):
+        return set()
+    return {c for c in index if isinstance(c, str)}
+
+
+def schema_findings(
+    unit: WorkUnit, columns: dict[str, str], schema: CompiledSchema, index: set[str] = frozenset()
+) -> list[fnd.Finding]:
+    """Columns missing, unexpected, or of another dtype than the schema declares.
+
+    ``index`` names columns that hold a pandas index: pandera validates them as the index, so
+    a strict schema does not call them unexpected.
+    """
     out: list[fnd.Finding] = []
     err = Severity.ERROR
     for name, spec in schema.columns.items():
@@ -273,7 +292,7 @@ def schema_findings(unit: WorkUnit, columns: dict[str, str], schema: CompiledSch
             out.append(fnd.Finding(unit.path, "schema", err, msg, column=name))
     if schema.strict:
         for name in columns:
-            if name not in schema.columns:
+            if name not in schema.columns and name not in index:
                 msg = "unexpected column (schema is strict)"
                 out.append(fnd.Finding(unit.path, "schema", err, msg, column=name))
     return out

@@ -177,3 +177,18 @@ def test_binary_file_as_schema_is_one_clear_error(tmp_path: Path) -> None:
     p.write_bytes(b"\xff\xfe\x00\x93binary")
     with pytest.raises(SchemaError, match="not a text file"):
         load_schema(p)
+
+
+def test_strict_schema_and_a_pandas_index_column(tmp_path: Path) -> None:
+    """pandas stores a named index as a column; pandera validates it as the index."""
+    schema = pa_.DataFrameSchema({"x": pa_.Column("float64")}, index=pa_.Index("int64", name="id"),
+                                 strict=True)
+    df = pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([7, 8], name="id"))
+    p = tmp_path / "d.parquet"
+    df.to_parquet(p)
+    schema.validate(pd.read_parquet(p))  # pandera: fine
+    report = datacheck.scan(p, schema=schema, out=tmp_path / "o")
+    assert report.summary["sites"] == {}
+    df.reset_index().assign(extra=1).to_parquet(p)  # a real extra column is still flagged
+    report = datacheck.scan(p, schema=schema, out=tmp_path / "o2")
+    assert set(report.findings.column) == {"id", "extra"}
