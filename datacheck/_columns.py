@@ -8,7 +8,7 @@ slots are reported as ``null`` at their row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +60,36 @@ _NUMPY_TYPES = {
     pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
     pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
 }  # fmt: skip
+
+
+def _has_struct(t: pa.DataType) -> bool:
+    while is_list_type(t):
+        t = t.value_type
+    return pa.types.is_struct(t)
+
+
+def leaves(name: str, arr: pa.Array) -> Iterator[tuple[str, pa.Array]]:
+    """A column split at its struct fields: ``col.field`` arrays, also inside lists.
+
+    ``struct<a: double>`` yields ``col.a``; ``list<struct<a: double>>`` yields ``col.a`` as a
+    ``list<double>`` with the same offsets and nulls, so rows stay the column's rows.  Any
+    other column is yielded as it is.
+    """
+    t = arr.type
+    if not _has_struct(t):
+        yield name, arr
+    elif pa.types.is_struct(t):
+        for field, child in zip(t, arr.flatten(), strict=True):  # merges the struct's nulls
+            yield from leaves(f"{name}.{field.name}", child)
+    elif pa.types.is_fixed_size_list(t):
+        k = t.list_size
+        mask = arr.is_null() if arr.null_count else None
+        for leaf_name, values in leaves(name, arr.values.slice(arr.offset * k, len(arr) * k)):
+            yield leaf_name, pa.FixedSizeListArray.from_arrays(values, k, mask=mask)
+    else:
+        mask = arr.is_null() if arr.null_count else None
+        for leaf_name, values in leaves(name, arr.values):
+            yield leaf_name, type(arr).from_arrays(arr.offsets, values, mask=mask)
 
 
 def _primitive(arr: pa.Array) -> FlatColumn:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from datacheck import findings as fnd
-from datacheck._columns import FlatColumn, flatten, is_numeric, leaf_type
+from datacheck._columns import FlatColumn, flatten, is_numeric, leaf_type, leaves
 from datacheck._profile import ColumnProfile, Profiler
 from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
@@ -157,20 +157,33 @@ def _check_chunk(
     meta = batch.schema.metadata or {}
     integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        leaf = leaf_type(column.type)
-        is_float = pa.types.is_floating(leaf) and name not in integer_columns
-        numeric = is_numeric(leaf)
-        rules = schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
-        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        pieces = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
         offset = chunk.row_offset
-        prof = profiler.column(name) if profiler is not None else None
-        for arr in chunks:
-            for h in _column_hits(arr, rules, prof):
-                col.hits(name, h, offset)
-            if rules.pandas_checks:
-                for h in _pandas_hits(arr, name, rules):
-                    col.hits(name, h, offset)
+        for arr in pieces:
+            for leaf_name, leaf_arr in leaves(name, arr):  # struct fields: columns of their own
+                _check_column(leaf_name, leaf_arr, offset, schema, integer_columns, col, profiler)
             offset += len(arr)
+
+
+def _check_column(
+    name: str,
+    arr: pa.Array,
+    offset: int,
+    schema: CompiledSchema | None,
+    integer_columns: set[str],
+    col: _Collector,
+    profiler: Profiler | None,
+) -> None:
+    leaf = leaf_type(arr.type)
+    is_float = pa.types.is_floating(leaf) and name not in integer_columns
+    numeric = is_numeric(leaf)
+    rules = schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
+    prof = profiler.column(name) if profiler is not None else None
+    for h in _column_hits(arr, rules, prof):
+        col.hits(name, h, offset)
+    if rules.pandas_checks:
+        for h in _pandas_hits(arr, name, rules):
+            col.hits(name, h, offset)
 
 
 def _reader_error(exc: BaseException) -> str:

@@ -266,3 +266,16 @@ def test_tab_separation_is_decided_by_the_file_name_only(tmp_path: Path) -> None
     assert {(Path(r.path).name, r.column, r.check) for r in report.findings.itertuples()} == {
         ("data.csv", "b", "nan"), ("data.tsv.gz", "b", "inf"),
     }
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "jsonl"])
+def test_struct_and_list_of_struct_fields_are_checked(tmp_path: Path, fmt: str) -> None:
+    t = pa.table({
+        "s": pa.array([{"a": 1.0}, {"a": float("inf")}, {"a": float("nan")}]),
+        "ls": pa.array([[{"a": 1.0}], [{"a": 2.0}, {"a": float("nan")}], [{"a": 1e6}]]),
+    })
+    path = write_table(t, tmp_path / f"st{EXT[fmt]}", fmt)
+    report = datacheck.scan(path, out=tmp_path / "o")
+    assert site_set(report.findings) == {
+        (1, "s.a", "inf"), (2, "s.a", "nan"), (1, "ls.a", "nan"), (2, "ls.a", "extreme"),
+    }
