@@ -377,3 +377,85 @@ def test_large_npy_scan_keeps_rss_bounded(tmp_path: Path) -> None:
     peak = _peak_rss_mb(code)
     assert peak - baseline < 128, (peak, baseline)  # the file alone is 256 MiB
     assert os.path.getsize(path) > 256 << 20
+
+
+# --- arrays without values: a zero in the shape costs no bytes, so no size check refuses it ---
+
+_HUGE = 2**55  # rows a 128-byte header can claim when each row holds nothing
+
+
+def _zero_width_files(d: Path) -> dict[str, Path]:
+    import h5py
+
+    files = {"npy": d / "zero.npy", "safetensors": d / "zero.safetensors"}
+    files["npy"].write_bytes(_npy_header((_HUGE, 0)))
+    files["safetensors"].write_bytes(
+        _st({"x": {"dtype": "F32", "shape": [_HUGE, 0], "data_offsets": [0, 0]}})
+    )
+    files["npz"] = d / "zero.npz"
+    with zipfile.ZipFile(files["npz"], "w") as zf:
+        zf.writestr("x.npy", _npy_header((_HUGE, 0)))
+    files["h5"] = d / "zero.h5"
+    with h5py.File(files["h5"], "w") as fh:
+        fh.create_dataset("x", shape=(_HUGE, 0), dtype="f4")
+    files["pt"] = d / "zero.pt"
+    torch.save({"x": torch.empty((_HUGE, 0))}, files["pt"])
+    return files
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind", ["npy", "safetensors", "npz", "h5", "pt"])
+def test_huge_array_of_empty_rows_is_not_looped_over(kind: str, tmp_path: Path) -> None:
+    """``(2**55, 0)`` once took ~4 billion empty chunks (a hang); now it is O(1)."""
+    path = _zero_width_files(tmp_path)[kind]
+    for profile in (False, True):
+        report = datacheck.scan(str(path), executor="inprocess", workers=1, profile=profile)
+        entry = report.data["files"][0]
+        assert entry["status"] == "ok", entry
+        assert entry["rows"] == _HUGE  # the header's rows, counted without reading them
+        assert report.findings.empty
+
+
+@pytest.mark.timeout(20)
+def test_empty_rows_beside_real_data_do_not_set_the_chunking(tmp_path: Path) -> None:
+    """A valued array is still checked row by row; the empty one adds rows in one last chunk."""
+    data = np.zeros((10, 4), dtype="<f4")
+    data[7, 2] = np.nan
+    blob = _st(
+        {
+            "v": {"dtype": "F32", "shape": [10, 4], "data_offsets": [0, 160]},
+            "e": {"dtype": "F32", "shape": [_HUGE, 0], "data_offsets": [160, 160]},
+        },
+        data.tobytes(),
+    )
+    (tmp_path / "mix.safetensors").write_bytes(blob)
+    report = datacheck.scan(str(tmp_path / "mix.safetensors"), executor="inprocess", workers=1)
+    assert report.data["files"][0]["rows"] == _HUGE
+    assert report.findings[["row", "column", "check"]].values.tolist() == [[7, "v", "nan"]]
+
+
+def test_whole_chunks_of_empty_rows_is_one_chunk() -> None:
+    from datacheck.formats._tensor_common import Source, sample_view, whole_chunks
+
+    empty = np.empty((_HUGE, 0), dtype=np.float32)
+    valued = np.arange(30, dtype=np.float32).reshape(10, 3)
+    alone = list(whole_chunks([Source("e", empty.shape, "float32", 4, sample_view(empty))]))
+    assert [(c.row_offset, c.num_rows) for c in alone] == [(0, _HUGE)]
+    sources = [
+        Source("e", empty.shape, "float32", 4, sample_view(empty)),
+        Source("v", valued.shape, "float32", 4, sample_view(valued)),
+    ]
+    chunks = list(whole_chunks(sources, chunk_bytes=48))  # 4 rows of `v` per chunk
+    assert [(c.row_offset, c.num_rows) for c in chunks] == [
+        (0, 4), (4, 4), (8, 2), (10, _HUGE - 10)
+    ]  # fmt: skip
+    assert np.array_equal(np.concatenate([c.tensors["v"] for c in chunks[:3]]), valued)
+    assert sum(c.num_rows for c in chunks) == _HUGE
+
+
+def test_int64_wrapping_shape_is_not_a_small_tensor(tmp_path: Path) -> None:
+    """``2**62 * 4`` float32 elements wrap to 0 bytes in int64 arithmetic; exact sizes refuse it."""
+    blob = _st({"x": {"dtype": "F32", "shape": [2**62, 4], "data_offsets": [0, 0]}})
+    (tmp_path / "wrap.safetensors").write_bytes(blob)
+    entry = scan_one(tmp_path / "wrap.safetensors")
+    assert entry["status"] == "corrupt" and "needs" in entry["error"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import mmap
 import re
 from collections.abc import Callable, Iterator
@@ -81,7 +82,12 @@ class Source:
 
     @property
     def row_bytes(self) -> int:
-        return self.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        return self.itemsize * math.prod(self.shape[1:])
+
+    @property
+    def empty(self) -> bool:
+        """True if the array holds no values at all (a zero in its shape), however many rows."""
+        return bool(self.shape) and 0 in self.shape
 
 
 def whole_chunks(
@@ -90,28 +96,43 @@ def whole_chunks(
     close: Callable[[], None] | None = None,
     chunk_bytes: int | None = None,
 ) -> Iterator[Chunk]:
-    """Chunks of at most ``chunk_bytes`` (default :data:`CHUNK_BYTES`) across all sources."""
+    """Chunks of at most ``chunk_bytes`` (default :data:`CHUNK_BYTES`) across all sources.
+
+    Only arrays that hold values set the number of chunks.  An array with a zero in its shape
+    (``(2**55, 0)`` costs no bytes, so no size check can refuse it) holds no values: its rows
+    ride along in the chunks of the other arrays and the rows past those come as one last
+    chunk, so a header's row count never turns into a loop.
+    """
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     readable = [s for s in sources if s.read is not None]
-    n = max((s.rows for s in readable), default=0)
-    per_sample = sum(s.row_bytes for s in readable if s.shape)
+    valued = [s for s in readable if not s.empty]
+    n = max((s.rows for s in valued), default=0)
+    total = max((s.rows for s in readable), default=0)
+    per_sample = sum(s.row_bytes for s in valued if s.shape)
     step = max(1, chunk_bytes // max(per_sample, 1))
     try:
         for lo in range(0, n, step):
             hi = min(n, lo + step)
-            tensors: dict[str, np.ndarray] = {}
-            for s in readable:
-                if not s.shape:
-                    if lo == 0:
-                        tensors[s.key] = s.read(0, 1)  # type: ignore[misc]
-                elif lo < s.rows:
-                    tensors[s.key] = s.read(lo, min(hi, s.rows))  # type: ignore[misc]
-            yield Chunk(row_offset=lo, tensors=tensors)
+            yield Chunk(row_offset=lo, tensors=_slice(readable, lo, hi))
             if release is not None:
                 release(hi)
+        if total > n:  # rows of arrays without values only: one chunk, no per-chunk loop
+            yield Chunk(row_offset=n, tensors=_slice(readable, n, total))
     finally:
         if close is not None:
             close()
+
+
+def _slice(readable: list[Source], lo: int, hi: int) -> dict[str, np.ndarray]:
+    """Samples ``[lo, hi)`` of every source that has them (0-d sources in the first chunk)."""
+    tensors: dict[str, np.ndarray] = {}
+    for s in readable:
+        if not s.shape:
+            if lo == 0:
+                tensors[s.key] = s.read(0, 1)  # type: ignore[misc]
+        elif lo < s.rows:
+            tensors[s.key] = s.read(lo, min(hi, s.rows))  # type: ignore[misc]
+    return tensors
 
 
 def opened(
@@ -151,7 +172,7 @@ class MappedFile:
         return self.mm[offset : offset + length] if self.mm is not None else b""
 
     def array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         self._check(offset, count * dtype.itemsize)
         if count == 0:
             return np.empty(shape, dtype)
@@ -198,9 +219,8 @@ def read_npy_header(fp: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
 
 
 def npy_data_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    return (
-        int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if all(d >= 0 for d in shape) else -1
-    )
+    """Bytes of data a ``.npy`` header describes (exact: no int64 overflow); -1 if malformed."""
+    return math.prod(shape) * dtype.itemsize if all(d >= 0 for d in shape) else -1
 
 
 def sample_view(arr: np.ndarray) -> Callable[[int, int], np.ndarray]:

@@ -12,6 +12,7 @@ other paths) are listed but never read.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,7 +82,7 @@ def _st_entry(name: str, info: Any, data_len: int) -> tuple[str, tuple[int, ...]
         )
     itemsize = _ST_ITEMSIZE.get(dtype) or np.dtype(_ST_DTYPES[dtype]).itemsize
     begin, end = offsets
-    need = int(np.prod(shape, dtype=np.int64)) * itemsize
+    need = math.prod(shape) * itemsize  # exact: an int64 product could wrap to a small size
     if not 0 <= begin <= end <= data_len:
         raise TensorFileError(
             f"tensor {name!r}: data_offsets [{begin}, {end}] outside the {data_len}-byte data section"
@@ -126,7 +127,7 @@ class SafetensorsFormat(Format):
             read = _bf16_reader(raw) if dtype == "BF16" else sample_view(raw)
             name = "bfloat16" if dtype == "BF16" else np_dtype.name
             sources.append(Source(key, shape, name, np_dtype.itemsize, read))
-            spans.append((start + begin, itemsize * int(np.prod(shape[1:], dtype=np.int64))))
+            spans.append((start + begin, itemsize * math.prod(shape[1:])))
 
         def release(hi: int) -> None:
             for off, row in spans:
