@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from datacheck.checks._rules import ZSCORE_MAX, Normalized, Reference
@@ -175,17 +176,74 @@ def _stats_comment(arrow: str, s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _reference_lines(s: dict[str, Any], zscore_max: float) -> list[str]:
+def _reference_moments(s: dict[str, Any]) -> tuple[float, float]:
+    """The reference mean and std exactly as the schema file writes them (rounded)."""
     std = float(s["std"])
     mean_q = _quantum(std, 4) if std > 0 else _quantum(abs(s["mean"]) or 1.0, 9)
     mean = round(float(s["mean"]) / mean_q) * mean_q
-    ref = Reference
-    return [
+    return float(_num(mean, 12)), float(_num(std))
+
+
+def _shard_drift(s: dict[str, Any], shards: dict[str, dict[str, Any]]) -> list[str]:
+    """The ``drift`` findings the profiled shards themselves would get from ``reference_stats``."""
+    from datacheck._drift import drift_problem
+
+    mean, std = _reference_moments(s)
+    out = []
+    for path, p in sorted(shards.items()):
+        prof = SimpleNamespace(**{k: p.get(k) for k in ("rows", "values", "finite", "min", "max")},
+                               mean=p.get("mean"), std=p.get("std"))  # fmt: skip
+        msg = drift_problem(prof, mean, std, Reference.max_mean_shift, Reference.max_std_ratio)  # type: ignore[arg-type]
+        if msg is not None:
+            out.append(f"{path}: {msg}")
+    return out
+
+
+def _zscore_max(s: dict[str, Any], zscore_max: float) -> tuple[float, str]:
+    """``zscore_max``, raised (with a comment) if the profiled values reach beyond it."""
+    mean, std = _reference_moments(s)
+    worst = max(abs(float(s["min"]) - mean), abs(float(s["max"]) - mean)) / std if std > 0 else 0
+    if worst <= zscore_max:
+        return zscore_max, ""
+    raised = math.ceil(worst * 1.05 * 10) / 10
+    return raised, f" (raised from {_num(zscore_max)}: the profiled values reach {worst:.3g} std)"
+
+
+def _reference_lines(
+    name: str, s: dict[str, Any], shards: dict[str, dict[str, Any]], zscore_max: float,
+    notes: list[str],
+) -> list[str]:  # fmt: skip
+    """The ``reference_stats`` check, never one that the profiled data itself would fail.
+
+    Shards that already differ beyond the ``drift`` thresholds (an id- or time-like column)
+    get the moment tests off (``.inf``), with the reasons as comments: left out entirely, the
+    scan would compare the shards with each other instead and warn about the same spread.
+    """
+    mean, std = _reference_moments(s)
+    zmax, zwhy = _zscore_max(s, zscore_max)
+    drift = _shard_drift(s, shards)
+    shift, ratio = (
+        (".inf", ".inf")
+        if drift
+        else (_num(Reference.max_mean_shift), _num(Reference.max_std_ratio))
+    )
+    lines = []
+    if drift:
+        notes.append(f"column {name!r}: shard drift tests off: its profiled shards already "
+                     f"differ beyond the thresholds ({drift[0]}{'; ...' if len(drift) > 1 else ''})")  # fmt: skip
+        lines += [
+            "# drift (mean shift / std ratio) off: the profiled shards themselves differ beyond",
+            f"# max_mean_shift {_num(Reference.max_mean_shift)} / max_std_ratio "
+            f"{_num(Reference.max_std_ratio)} (an id- or time-like column?):",
+            *[f"#   {d}" for d in drift[:5]],
+            *([f"#   ... and {len(drift) - 5} more"] if len(drift) > 5 else []),
+        ]
+    return lines + [
         f"- mean: {_num(mean, 12)}",
         f"  std: {_num(std)}",
-        f"  zscore_max: {_num(zscore_max)}      # value-level `extreme`: |x - mean| > zscore_max * std",
-        f"  max_mean_shift: {_num(ref.max_mean_shift)}  # `drift`: a shard's mean moved more than this many std",
-        f"  max_std_ratio: {_num(ref.max_std_ratio)}   # `drift`: a shard's std is off by more than this factor",
+        f"  zscore_max: {_num(zmax)}      # value-level `extreme`: |x - mean| > zscore_max * std{zwhy}",
+        f"  max_mean_shift: {shift}  # `drift`: a shard's mean moved more than this many std",
+        f"  max_std_ratio: {ratio}   # `drift`: a shard's std is off by more than this factor",
         "  options: {check_name: reference_stats}",
     ]
 
@@ -214,10 +272,13 @@ def _column_lines(
     name: str,
     arrow: str,
     s: dict[str, Any],
+    shards: dict[str, dict[str, Any]],
     normalized: bool,
     config: InferConfig,
     notes: list[str],
+    missing: int = 0,
 ) -> list[str]:
+    """One column's YAML; ``shards``: its per-file statistics; ``missing``: files without it."""
     dtype = _dtype(arrow, bool(s["nulls"]))
     numeric = s.get("min") is not None
     lines = _stats_comment(arrow, s)
@@ -225,6 +286,10 @@ def _column_lines(
         lines.append(f"# no pandera dtype for {arrow}: not enforced"
                      + ("; checks apply to every element" if "list" in arrow else ""))  # fmt: skip
     lines += [f"dtype: {dtype or 'null'}", f"nullable: {'true' if s['nulls'] else 'false'}"]
+    if missing:
+        lines.append(
+            f"required: false  # absent from {missing} of the {missing + len(shards)} files"
+        )
     checks: list[str] = []
     if _is_float(arrow):
         if s["nan"] or s["inf"]:
@@ -239,7 +304,7 @@ def _column_lines(
             f"  max_value: {_bound(hi, integer)}",
             "  options: {check_name: in_range, raise_warning: true}  # a warning; drop raise_warning to make it an error",
         ]
-        checks += _reference_lines(s, config.zscore_max)
+        checks += _reference_lines(name, s, shards, config.zscore_max, notes)
     if normalized and numeric:
         checks += _normalized_lines(name, s, notes)
     if checks:
@@ -298,7 +363,8 @@ def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
     with tempfile.TemporaryDirectory(prefix="datacheck-infer-") as tmp:
         report = scan(inputs, out=tmp, profile=True, fail_on="never",
                       workers=config.workers, executor=config.executor)  # fmt: skip
-        stats = read_profile(tmp)["columns"]
+        doc = read_profile(tmp)
+        stats, by_file = doc["columns"], doc["files"]
         files = report.data["files"]
     readable = [f for f in files if f["status"] != "corrupt" and _tabular(f["format"])]
     dtypes = _column_dtypes(readable)
@@ -311,7 +377,10 @@ def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
     lines = _header(inputs, len(readable), rows)
     for name, arrow in dtypes.items():
         s = stats.get(name) or {"rows": 0, "values": 0, "nulls": 0, "nan": 0, "inf": 0}
-        lines += _column_lines(name, arrow, s, name in normalized, config, notes)
+        having = [f["path"] for f in readable if name in (f.get("columns") or {})]
+        shards = {p: by_file[p][name] for p in having if name in by_file.get(p, {})}
+        missing = len(readable) - len(having)
+        lines += _column_lines(name, arrow, s, shards, name in normalized, config, notes, missing)
     text = "\n".join(lines) + "\n"
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

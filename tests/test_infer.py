@@ -174,3 +174,28 @@ def test_column_names_needing_quotes(tmp_path: Path) -> None:
     result = infer(tmp_path / "q.parquet", out=tmp_path / "q.yaml", executor="inprocess")
     assert set(yaml.safe_load(result.text)["columns"]) == {"a b", "yes", "x:y"}
     assert set(datacheck.load_schema(tmp_path / "q.yaml").columns) == {"a b", "yes", "x:y"}
+
+
+def test_infer_then_scan_the_same_clean_data_has_no_findings(tmp_path: Path) -> None:
+    """The demo's cleaned copy: ``embedding`` is absent from the CSV shard, ``id`` is a running
+    index whose shards differ from the pooled statistics (std x4): the inferred schema must
+    neither call the column missing nor flag the shards it was inferred from."""
+    demo, rep, clean = tmp_path / "demo", tmp_path / "r", tmp_path / "clean2"
+    made = _run("demo", demo)
+    assert made.returncode == 0, made.stderr
+    first = _run("scan", demo, "--schema", demo / "schema.yaml", "--out", rep, "--no-progress")
+    assert first.returncode == 1, first.stderr  # the demo plants faults
+    datacheck.load_report(rep).clean_copy(clean)
+    schema = tmp_path / "inf.yaml"
+    inferred = _run("infer", clean, "--out", schema)
+    assert inferred.returncode == 0, inferred.stderr
+    cols = yaml.safe_load(schema.read_text())["columns"]
+    assert cols["embedding"]["required"] is False
+    assert all(c.get("required", True) for name, c in cols.items() if name != "embedding")
+    ref = [c for c in cols["id"]["checks"] if c["options"]["check_name"] == "reference_stats"]
+    assert ref[0]["max_std_ratio"] == float("inf")  # id's own shards are x4 off the pooled std
+    assert cols["x0"]["checks"][2]["max_std_ratio"] == 3.0  # real features keep drift on
+    assert "drift (mean shift / std ratio) off" in schema.read_text()
+    second = _run("scan", clean, "--schema", schema, "--out", tmp_path / "r2", "--no-progress")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert datacheck.load_report(tmp_path / "r2").findings.empty
