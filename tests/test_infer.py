@@ -199,3 +199,17 @@ def test_infer_then_scan_the_same_clean_data_has_no_findings(tmp_path: Path) -> 
     second = _run("scan", clean, "--schema", schema, "--out", tmp_path / "r2", "--no-progress")
     assert second.returncode == 0, second.stdout + second.stderr
     assert datacheck.load_report(tmp_path / "r2").findings.empty
+
+
+def test_zscore_max_is_raised_to_cover_the_profiled_values(tmp_path: Path) -> None:
+    x = np.random.default_rng(1).standard_normal(5000)
+    x[17] = 12.0  # a rare but genuine value in the trusted data
+    pq.write_table(pa.table({"x": x}), tmp_path / "a.parquet")
+    out = tmp_path / "s.yaml"
+    result = infer(tmp_path / "a.parquet", out=out, normalized="none", executor="inprocess")
+    ref = yaml.safe_load(result.text)["columns"]["x"]["checks"][-1]
+    assert ref["options"]["check_name"] == "reference_stats"
+    assert ref["zscore_max"] > 12.0 and "raised from 6.0" in result.text
+    report = datacheck.scan(str(tmp_path / "a.parquet"), executor="inprocess",
+                            schema=datacheck.load_schema(out))  # fmt: skip
+    assert report.findings.empty
