@@ -111,35 +111,26 @@ def _range_mask(values: np.ndarray, r) -> np.ndarray:
 def _magnitude_hits(
     values: np.ndarray, valid: np.ndarray | None, rowmap: RowMap, rules: ColumnRules, is_float: bool
 ) -> list[Hits]:
-    """``nan``, ``inf`` and the magnitude bounds from one pass over the buffer.
-
-    ``not (|x| <= smallest bound)`` is True exactly for NaN, ±Inf and values beyond the bound;
-    those candidates are few, and each check then looks at them only.
-    """
-    want_nan = is_float and rules.nan is not None
+    """``inf`` and the magnitude bounds from one pass: |x| > the smallest bound (Inf included,
+    NaN never) picks the candidates, which are few; each check then looks at those only."""
     want_inf = is_float and rules.inf is not None
-    if not (rules.bounds or want_nan or want_inf):
+    if not rules.bounds and not want_inf:
         return []
     if rules.bounds:
-        within = np.abs(values) <= min(b.max_abs for b in rules.bounds)
-        cand = np.flatnonzero(np.logical_not(within, out=within))
+        cand = np.flatnonzero(np.abs(values) > min(b.max_abs for b in rules.bounds))
     else:
-        cand = np.flatnonzero(~np.isfinite(values))
+        cand = np.flatnonzero(np.isinf(values))
     if valid is not None:
         cand = cand[valid[cand]]
     if cand.size == 0:
         return []
     picked = values[cand]
-    nan = np.isnan(picked) if is_float else np.zeros(cand.size, dtype=bool)
-    inf = np.isinf(picked) if is_float else nan
+    infinite = np.isinf(picked) if is_float else np.zeros(cand.size, dtype=bool)
     out = []
-    if want_nan:
-        out.append(group_indices("nan", rules.nan, cand[nan], rowmap, values))
     if want_inf:
-        out.append(group_indices("inf", rules.inf, cand[inf], rowmap, values))
-    finite = ~(nan | inf)
+        out.append(group_indices("inf", rules.inf, cand[infinite], rowmap, values))
     for b in rules.bounds:
-        sel = cand[finite & (np.abs(picked) > b.max_abs)]
+        sel = cand[~infinite & (np.abs(picked) > b.max_abs)]
         out.append(group_indices(b.check, b.severity, sel, rowmap, values))
     return [h for h in out if h is not None]
 
@@ -179,6 +170,8 @@ def check_values(
         if h is not None:
             out.append(h)
 
+    if is_float and rules.nan is not None:
+        add("nan", rules.nan, np.isnan(values))
     out.extend(_magnitude_hits(values, valid, rowmap, rules, is_float))
     finite = np.isfinite(values) if is_float and rules.ranges else None
     for r in rules.ranges:
