@@ -117,7 +117,8 @@ def _magnitude_hits(
     if not rules.bounds and not want_inf:
         return []
     if rules.bounds:
-        cand = np.flatnonzero(np.abs(values) > min(b.max_abs for b in rules.bounds))
+        lim = min(b.max_abs for b in rules.bounds)
+        cand = np.flatnonzero((values > lim) | (values < -lim))  # no |x| temporary: ~2x faster
     else:
         cand = np.flatnonzero(np.isinf(values))
     if valid is not None:
