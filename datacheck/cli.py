@@ -12,7 +12,9 @@ import argparse
 import enum
 import importlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -27,6 +29,15 @@ class ExitCode(enum.IntEnum):
     FINDINGS = 1
     USAGE = 2
     INTERRUPTED = 130
+    TERMINATED = 143
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a pre-empted job, ``scancel``, a pod being evicted), unwound like Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -156,13 +167,21 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code instead of exiting."""
+    """Run the CLI; return the exit code instead of exiting.
+
+    SIGTERM is handled like Ctrl-C: the scan stops, local workers are shut down, and the
+    journal and parts stay in ``--out`` for ``--resume``; the exit code is 143.
+    """
+    previous = _install_sigterm()
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except DatacheckError as exc:
         print(f"datacheck: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    except _Terminated:
+        print("datacheck: terminated (SIGTERM); rerun with --resume to finish", file=sys.stderr)
+        return ExitCode.TERMINATED
     except KeyboardInterrupt:
         print("datacheck: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
@@ -170,6 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm() -> Any:
+    """Route SIGTERM to :func:`_on_sigterm` (main thread only; else leave it alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def console_main() -> NoReturn:

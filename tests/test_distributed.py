@@ -189,8 +189,13 @@ def _all_gone(procs: list[psutil.Process], timeout: float = 30) -> bool:
     return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.parametrize(
+    ("sig", "code", "said"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
-    shards: Path, clean: Path, tmp_path: Path
+    shards: Path, clean: Path, tmp_path: Path, sig: int, code: int, said: str
 ) -> None:
     cmd = [
         sys.executable,
@@ -216,10 +221,13 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
             break
         time.sleep(0.05)
     children = psutil.Process(proc.pid).children(recursive=True)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C does: the whole group
+    else:
+        proc.send_signal(sig)  # a pre-empted job: the scheduler signals the main process
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err
+    assert proc.returncode == code, err
+    assert said in err
     assert "KeyboardInterrupt" not in err, err  # workers leave the shutdown to the client
     assert _all_gone(children), "local workers outlived the interrupted scan"
     assert not (tmp_path / "report.json").exists()
