@@ -155,8 +155,37 @@ def _as_table(chunk: Any) -> pa.Table:
     return pa.table({k: pa.array([np.asarray(x).tolist() for x in v]) for k, v in cols.items()})
 
 
+def _exact_first(fn: Any, entry: dict[str, Any], options: dict[str, Any], *args: Any) -> Any:
+    """Run ``fn`` reading text formats with integer columns as integers (exact values); if
+    the file holds a ``nan`` or ``1.5`` there, read them as float64 and restore the integral
+    ones.  Integers beyond 2**53 in such a column cannot be restored exactly: refused."""
+    if entry["format"] not in ("csv", "jsonl"):
+        return fn(entry, *args, options)
+    try:
+        return fn(entry, *args, {**options, "keep_integers": True})
+    except pa.ArrowInvalid:
+        return fn(entry, *args, {**options, "widened": True})
+
+
+def _text_table(table: pa.Table, options: dict[str, Any]) -> pa.Table:
+    if not options.get("widened"):
+        return table
+    from datacheck.formats._tabular import restore_integers
+
+    table = restore_integers(table)
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_floating(col.type) and (pc.max(pc.abs(col)).as_py() or 0) >= 2**53:
+            raise InputError(f"column {name!r} holds integers beyond 2**53 next to non-integers; "
+                             "they cannot be copied exactly: use exclusion_list() instead")  # fmt: skip
+    return table
+
+
 def _take_rows(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
     """The given file rows (sorted) as one table, reading as little of the file as it can."""
+    return _exact_first(_take_rows_with, entry, options, rows)
+
+
+def _take_rows_with(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
     if entry["format"] == "parquet":
         chunks: Iterator[tuple[int, pa.Table]] = _parquet_groups(entry["path"], rows)
     else:
@@ -167,7 +196,7 @@ def _take_rows(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any])
             break
         lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
         if hi > lo:
-            parts.append(table.take(pa.array(rows[lo:hi] - start)))
+            parts.append(_text_table(table.take(pa.array(rows[lo:hi] - start)), options))
     if not parts:
         return pa.table({})
     return pa.concat_tables(parts, promote_options="permissive")
@@ -343,13 +372,18 @@ def _compression(path: str) -> str | None:
 
 def _copy_streamed(entry: dict[str, Any], tmp: Path, drop: np.ndarray,
                    options: dict[str, Any]) -> tuple[int, int]:  # fmt: skip
+    return _exact_first(_copy_streamed_with, entry, options, tmp, drop)
+
+
+def _copy_streamed_with(entry: dict[str, Any], tmp: Path, drop: np.ndarray,
+                        options: dict[str, Any]) -> tuple[int, int]:  # fmt: skip
     sink: _TextSink | None = None
     rows_in = rows_out = 0
     try:
         for start, table in _stream_chunks(entry, options):
             if sink is None:
                 sink = _TextSink(entry, tmp, table.schema)
-            kept = table.filter(_keep_mask(start, table.num_rows, drop))
+            kept = _text_table(table.filter(_keep_mask(start, table.num_rows, drop)), options)
             rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
             if kept.num_rows:
                 sink.write(kept)

@@ -304,3 +304,23 @@ def test_flagged_rows_of_a_file_changed_since_the_scan(tmp_path: Path) -> None:
     write_table(table.slice(0, 100), tmp_path / "d" / "t.csv", "csv")  # row 150 is gone
     with pytest.raises(InputError, match="changed since the scan"):
         report.flagged_rows("t.csv")
+
+
+def test_clean_copy_and_flagged_rows_keep_text_integers_exact(tmp_path: Path) -> None:
+    """Text readers check integer columns as float64; copies and views must not round them."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text(
+        "id,x\n1152921504606846977,0.0\n1152921504606846979,1.0\n1152921504606846981,nan\n"
+    )
+    (data / "b.jsonl").write_text('{"tok": 0, "v": 1.0}\n{"tok": 1, "v": NaN}\n')
+    (data / "c.csv").write_text("n,v\n1,1.0\nnan,2.0\n4,4.0\n")  # needs the float64 read
+    report = dc.scan(data, out=tmp_path / "rep")
+    report.clean_copy(tmp_path / "out")
+    assert (tmp_path / "out" / "a.csv").read_text().splitlines()[1:] == [
+        "1152921504606846977,0", "1152921504606846979,1",
+    ]
+    assert (tmp_path / "out" / "b.jsonl").read_text() == '{"tok": 0, "v": 1.0}\n'
+    assert (tmp_path / "out" / "c.csv").read_text().splitlines()[1:] == ["1,1", "4,4"]
+    rows = report.flagged_rows("a.csv")
+    assert rows["id"].tolist() == [1152921504606846981]

@@ -98,17 +98,25 @@ class CsvFormat(Format):
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         declared = dict(options.get("arrow_types") or {})
-        return _open_text(lambda types: self._reader(unit, options, types), declared)
+        keep = bool(options.get("keep_integers"))
+        return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
 
 
-def _open_text(make_reader: Any, declared: dict[str, pa.DataType]) -> Opened:
+def _open_text(make_reader: Any, declared: dict[str, pa.DataType], keep_integers: bool = False) -> Opened:
     """Open a text format (CSV, JSON Lines) whose integer columns are read as float64.
 
     Types are inferred from the first block only, and a schema's ``int64`` is a promise the
     file may break: an integer column may hold ``1.5`` or ``nan`` further down, which is data
     to check, not damage.  Such columns are read as float64, reported with their integer
     dtype, and marked (:data:`INTEGER_COLUMNS`) so they get no float16 bound.
+    ``keep_integers`` reads them as integers instead (exact beyond 2**53; fails on a ``nan``):
+    for copying rows, not for checking them.
     """
+    if keep_integers:
+        reader = make_reader(dict(declared))
+        _require_text(reader.schema)
+        return Opened(_type_names(reader.schema), _batches_with_offsets(iter(reader), 0),
+                      arrow_schema=reader.schema)  # fmt: skip
     ints = {n for n, t in declared.items() if pa.types.is_integer(t)}
     types = {n: pa.float64() if n in ints else t for n, t in declared.items()}
     reader = make_reader(types)
@@ -126,6 +134,21 @@ def _open_text(make_reader: Any, declared: dict[str, pa.DataType]) -> Opened:
         mark = {INTEGER_COLUMNS: ",".join(sorted(ints))}
         batches = (b.replace_schema_metadata(mark) for b in reader)
     return Opened(names, _batches_with_offsets(batches, 0), arrow_schema=reader.schema)
+
+
+def restore_integers(table: pa.Table) -> pa.Table:
+    """Columns a text reader widened to float64 back to int64 where every value is integral
+    (a column holding ``nan`` or ``1.5`` stays float64)."""
+    meta = table.schema.metadata or {}
+    for name in filter(None, meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(",")):
+        if name not in table.column_names:
+            continue
+        try:
+            ints = table[name].cast(pa.int64())  # safe cast: refuses fractions, NaN, overflow
+        except pa.ArrowInvalid:
+            continue
+        table = table.set_column(table.column_names.index(name), name, ints)
+    return table
 
 
 def _base_name(path: str) -> str:
@@ -187,7 +210,8 @@ class JsonLinesFormat(Format):
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         declared = dict(options.get("arrow_types") or {})
-        return _open_text(lambda types: self._reader(unit, options, types), declared)
+        keep = bool(options.get("keep_integers"))
+        return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
 
 
 for _fmt in (ParquetFormat(), CsvFormat(), ArrowFormat(), JsonLinesFormat()):
