@@ -58,6 +58,7 @@ class QuarantineWriter:
             return
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _cut_torn_tail(self.path)  # a crash cut the last record: drop it, append after
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
         self._file.write(text)
         self._file.flush()
@@ -146,3 +147,21 @@ def indices_from_scan(
     else:
         found = (index_of(p, r) for p, r in pairs)
     return {int(i) for i in found if i is not None}
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Truncate a file after its last newline: the torn record a crash left is dropped (it was
+    never whole, and readers skip it), so the next record starts a line of its own."""
+    try:
+        with open(path, "rb+") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            fh.seek(max(0, size - (1 << 20)))
+            tail = fh.read()
+            if tail.endswith(b"\n"):
+                return
+            cut = tail.rfind(b"\n")
+            fh.truncate(size - len(tail) + cut + 1 if cut >= 0 else max(0, size - len(tail)))
+    except FileNotFoundError:
+        return

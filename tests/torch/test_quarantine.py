@@ -151,3 +151,15 @@ def test_a_crash_mid_epoch_leaves_a_readable_manifest(tmp_path):
     df = read_quarantine(tmp_path / "q")
     assert df["index"].tolist() == [3, 11, 19, 27, 35]
     assert df["step"].tolist() == [0, 1, 2, 3, 4] and set(df["check"]) == {"nan"}
+
+
+def test_appending_after_a_crash_drops_the_torn_record_and_stays_readable(tmp_path):
+    writer = QuarantineWriter(tmp_path, 0)
+    writer.write([record(1)])
+    writer.close()
+    with open(rank_file(tmp_path, 0), "a") as f:
+        f.write(json.dumps(record(3))[:25])  # the crash hit mid-write
+    writer = QuarantineWriter(tmp_path, 0)  # the next run appends
+    writer.write([record(5)])
+    writer.close()
+    assert read_quarantine(tmp_path)["index"].tolist() == [1, 5]
