@@ -154,10 +154,15 @@ class TrainingGuard:
         self._masked = self._maybe_masked()
         self._pending: list[tuple[int, torch.Tensor]] = []
 
+    @property
+    def _scaling(self) -> bool:
+        """A GradScaler that is on: ``GradScaler(enabled=False)`` never overflows, so NaN is NaN."""
+        return self.scaler is not None and self.scaler.is_enabled()
+
     def _maybe_masked(self) -> MaskedStep | None:
         if not self.config.sync_every:
             return None
-        if self.scaler is not None or self.config.drop_bad_ranks:
+        if self._scaling or self.config.drop_bad_ranks:
             raise UsageError(
                 "TrainingGuard: sync_every needs scaler=None and drop_bad_ranks=False (GradScaler "
                 "reads its overflow flag on the host); use bf16, or sync_every=0"
@@ -225,7 +230,7 @@ class TrainingGuard:
         max_norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
         loss_bad = bool(table.ranks_with(_dist.BIT_LOSS))
         grad_bad = bool(table.ranks_with(_dist.BIT_GRAD))
-        if self.scaler is not None and grad_bad and not loss_bad:
+        if self._scaling and grad_bad and not loss_bad:
             return self._overflow_plan(), mean_loss, max_norm
         if started and not grad_bad and cfg.drop_bad_ranks:
             plan = _Plan(Action.DROP_RANKS, ranks=started)

@@ -210,6 +210,27 @@ def test_fp16_scaler_overflow_is_not_divergence(tmp_path):
     assert torch.isfinite(_flat(model)).all()
 
 
+def test_disabled_scaler_does_not_excuse_nan_gradients():
+    """``GradScaler(enabled=use_fp16)`` with fp16 off: a NaN gradient is divergence, not overflow."""
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    guard = TrainingGuard(model, opt, scaler, rollback_after=2, checkpoint_every=0)
+    results = []
+    for step in range(4):
+        loss = F.mse_loss(model(x[:32]), y[:32])
+        scaler.scale(loss).backward()
+        if step in (1, 2):
+            next(model.parameters()).grad[0, 0] = float("nan")
+        results.append(guard.step(loss))
+        opt.zero_grad(set_to_none=True)
+    actions = [r.action for r in results]
+    assert Action.SCALER_SKIP not in actions
+    assert results[1].action is Action.SKIP and results[1].events == ("nonfinite",)
+    assert results[2].events == ("nonfinite", "lr_reduced")  # escalated after rollback_after=2
+    assert guard.lr == pytest.approx(0.005) and actions[3].stepped
+
+
 def test_repeated_overflow_is_a_collapse_and_ends_in_stop():
     x, y, model = _regression()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
