@@ -14,6 +14,7 @@ and names the last step before trouble (where to restart) and a suggested LR.  N
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import math
@@ -30,6 +31,7 @@ __all__ = ["History", "Timeline", "add_parser", "analyze", "read_history", "rend
 
 _NUM = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)?)(?![\w.])"
 _PAIR = re.compile(rf"([A-Za-z_][\w./-]*)\s*[:=]?\s*({_NUM})", re.IGNORECASE)
+_QUOTED_PAIR = re.compile(rf"[\'\"]([A-Za-z_][^\'\"]*)[\'\"]\s*:\s*({_NUM})", re.IGNORECASE)
 _WORDY = re.compile(rf"^\s*([A-Za-z_][\w ./()-]*?)\s*:\s*({_NUM})", re.IGNORECASE)  # "lm loss: 2.3"
 _STEP_KEYS = (
     "step",
@@ -112,8 +114,10 @@ def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _parse_text_line(line: str) -> dict[str, float]:
-    row: dict[str, float] = {}
+def _parse_text_line(line: str) -> dict[str, Any]:
+    if (rec := _parse_dict_line(line)) is not None:
+        return rec
+    row: dict[str, Any] = {}
     for segment in re.split(r"\s[|,]\s?|,\s|\t", line):
         wordy = _WORDY.match(segment)
         pairs = [wordy.groups()] if wordy and " " in wordy.group(1) else _PAIR.findall(segment)
@@ -125,31 +129,69 @@ def _parse_text_line(line: str) -> dict[str, float]:
 def _rows_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows, events = [], []
     with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"'{path}', line {n}: not JSON ({exc.msg}); is it a text log?"
-                ) from exc
-            if not isinstance(rec, dict):
-                continue
-            if rec.get("kind") not in (None, "step"):
-                events.append(rec)
-            rows.append({_norm_key(k): v for k, v in _flatten(rec).items()})
+        lines = fh.readlines()
+    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if n == last:  # torn by a crash mid-write
+                break
+            raise InputError(
+                f"'{path}', line {n}: not JSON ({exc.msg}); is it a text log?"
+            ) from exc
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("kind") not in (None, "step"):
+            events.append(rec)
+        rows.append(_drop_overflow({_norm_key(k): v for k, v in _flatten(rec).items()}))
     return rows, events
 
 
+def _rows_jsonl_or_text(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """JSON Lines; a log sniffed as JSON (no .jsonl name) that is not all JSON is read as text."""
+    try:
+        return (*_rows_jsonl(path), "jsonl")
+    except InputError:
+        if path.name.lower().endswith((".jsonl", ".ndjson")):
+            raise
+        return _rows_text(path), [], "text"
+
+
+def _drop_overflow(row: dict[str, Any]) -> dict[str, Any]:
+    """A GradScaler overflow row's Inf/NaN is fp16 overflow (skipped, info), not divergence."""
+    if row.get("kind") != "scaler_overflow" and row.get("action") != "scaler_skip":
+        return row
+    return {k: v for k, v in row.items() if (f := _to_float(v)) is None or math.isfinite(f)}
+
+
 def _rows_csv(path: Path) -> list[dict[str, Any]]:
+    delimiter = "\t" if path.name.lower().endswith(".tsv") else ","
     with path.open(encoding="utf-8", newline="") as fh:
-        return [{_norm_key(k): v for k, v in rec.items() if k} for rec in csv.DictReader(fh)]
+        reader = csv.DictReader(fh, delimiter=delimiter)
+        return [{_norm_key(k): v for k, v in rec.items() if k} for rec in reader]
 
 
 def _rows_text(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8", errors="replace") as fh:
         return [row for line in fh if (row := _parse_text_line(line))]
+
+
+def _parse_dict_line(line: str) -> dict[str, Any] | None:
+    """A printed dict (Hugging Face Trainer: ``{'loss': 2.41, 'grad_norm': nan, ...}``)."""
+    text = line.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    try:
+        rec = ast.literal_eval(text)  # literals only, never eval
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pairs = _QUOTED_PAIR.findall(text)  # bare nan/inf are no Python literals
+        return {_norm_key(k): float(v) for k, v in pairs} or None
+    if not isinstance(rec, dict):
+        return None
+    return {_norm_key(str(k)): v for k, v in _flatten(rec).items()}
 
 
 def _rows_tensorboard(path: Path) -> list[dict[str, Any]]:
@@ -208,8 +250,11 @@ def _sniff(path: Path) -> str:
     if name.endswith((".csv", ".tsv")):
         return "csv"
     with path.open("rb") as fh:
-        head = fh.read(4096).lstrip()
-    return "jsonl" if head.startswith(b"{") else "text"
+        first = next((line for line in fh if line.strip()), b"")
+    try:  # a printed config or a Hugging Face Trainer dict starts with "{" too
+        return "jsonl" if isinstance(json.loads(first), dict) else "text"
+    except ValueError:
+        return "text"
 
 
 def read_history(path: str | Path) -> History:
@@ -226,7 +271,7 @@ def read_history(path: str | Path) -> History:
     fmt, events = _sniff(path), []
     try:
         if fmt == "jsonl":
-            rows, events = _rows_jsonl(path)
+            rows, events, fmt = _rows_jsonl_or_text(path)
         else:
             rows = {"csv": _rows_csv, "text": _rows_text, "tensorboard": _rows_tensorboard}[fmt](
                 path

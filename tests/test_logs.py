@@ -67,12 +67,22 @@ def _write(path: Path, shape: str, rows: list[dict[str, float]]) -> Path:
         lines += [
             f"0,{r['step']},0.1,{_num(r['loss'])},{_num(r['grad_norm'])},{r['lr']}" for r in rows
         ]
+    elif shape == "tsv":
+        lines = ["epoch\titeration\tval_loss\ttrain_loss\tgrad-norm\tlr"]
+        lines += [
+            f"0\t{r['step']}\t0.1\t{_num(r['loss'])}\t{_num(r['grad_norm'])}\t{r['lr']}"
+            for r in rows
+        ]
+    elif shape == "hf":  # Hugging Face Trainer stdout: printed dicts (bare nan), no step key
+        lines = [str({"loss": r["loss"], "grad_norm": r["grad_norm"], "learning_rate": r["lr"],
+                      "epoch": round(r["step"] / STEPS, 2)}) for r in rows]  # fmt: skip
+        lines.append("{'train_runtime': 12.5, 'train_loss': 2.3, 'epoch': 1.0}")
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 SHAPES = {"plain": "train.log", "keyvalue": "train.log", "megatron": "megatron.log", "jsonl": "metrics.jsonl",
-          "csv": "metrics.csv"}  # fmt: skip
+          "csv": "metrics.csv", "tsv": "metrics.tsv", "hf": "trainer.log"}  # fmt: skip
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -124,6 +134,8 @@ def test_healthy_history_is_healthy(tmp_path, shape):
             },
         ),
         ("csv", {"step": "iteration", "loss": "train_loss", "grad_norm": "grad_norm", "lr": "lr"}),
+        ("tsv", {"step": "iteration", "loss": "train_loss", "grad_norm": "grad_norm", "lr": "lr"}),
+        ("hf", {"step": None, "loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate"}),
         (
             "keyvalue",
             {"step": "it", "loss": "train_loss", "grad_norm": "gnorm", "lr": "learning_rate"},
@@ -193,9 +205,63 @@ def test_unreadable_inputs(tmp_path):
     (tmp_path / "noise.log").write_text("hello world\nnothing to see here 42\n")
     with pytest.raises(InputError, match="no training loss found"):
         _logs.read_history(tmp_path / "noise.log")
-    (tmp_path / "broken.jsonl").write_text('{"loss": 1}\n{"loss": \n')
+    (tmp_path / "broken.jsonl").write_text('{"loss": 1}\n{"loss": \n{"loss": 2}\n')
     with pytest.raises(InputError, match="line 2: not JSON"):
         _logs.read_history(tmp_path / "broken.jsonl")
+
+
+def _guard_log(path: Path, steps: int, overflow: tuple[int, ...] = (), nan_at: int | None = None,
+               tail: str = "") -> Path:  # fmt: skip
+    """A log in the training guard's shape: step rows, fp16 overflow rows, a real NaN event."""
+    lines = []
+    for step in range(steps):
+        row = {"step": step, "rank": 0, "loss": 2.0 + 0.01 * (step % 3), "grad_norm": 1.0, "lr": LR}
+        if step in overflow:
+            row |= {"action": "scaler_skip", "grad_norm": "inf" if step % 2 else "nan"}
+            lines.append(json.dumps({**row, "kind": "scaler_overflow", "severity": "info"}))
+        elif step == nan_at:
+            row |= {"action": "skip", "loss": "nan", "grad_norm": "nan"}
+            lines.append(json.dumps({**row, "kind": "nonfinite", "severity": "error"}))
+        lines.append(json.dumps({**row, "kind": "step", "action": row.get("action", "step")}))
+    path.write_text("\n".join(lines) + "\n" + tail)
+    return path
+
+
+def test_fp16_scaler_overflow_rows_are_not_nan(tmp_path, capsys):
+    path = _guard_log(tmp_path / "guard.jsonl", 60, overflow=(0, 1, 2, 3, 30))
+    tl = _logs.analyze(_logs.read_history(path))
+    assert tl.status == "healthy" and tl.nan_step is None
+    assert tl.guard_events == {"scaler_overflow": 5}
+    assert _logs.run(_args(path)) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "healthy"
+    real = _guard_log(tmp_path / "nan.jsonl", 60, overflow=(0, 1, 2), nan_at=40)
+    assert _logs.analyze(_logs.read_history(real)).nan_step == 40
+
+
+def test_torn_last_line_of_a_guard_log_is_ignored(tmp_path):
+    torn = '{"time": 1.5, "step": 60, "rank": 0, "kind": "st'  # a crash mid-write
+    path = _guard_log(tmp_path / "guard.jsonl", 60, tail=torn)
+    hist = _logs.read_history(path)
+    assert len(hist.steps) == 60 and _logs.analyze(hist).status == "healthy"
+    assert _cli(str(path)).returncode == 0
+    path.write_text(path.read_text() + "\n" + '{"step": 61, "loss": 2.0}\n')
+    with pytest.raises(InputError, match="line 61: not JSON"):  # torn in the middle: corrupt
+        _logs.read_history(path)
+
+
+def test_text_log_that_starts_with_a_printed_dict(tmp_path):
+    rows = _history()
+    lines = ["{'lr': 0.0001, 'batch_size': 512, 'model': 'gpt2', 'fp16': True}"]
+    lines += [
+        f"step {r['step']} loss {_num(r['loss'])} grad_norm {_num(r['grad_norm'])}" for r in rows
+    ]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    hist = _logs.read_history(tmp_path / "train.log")
+    assert hist.format == "text" and len(hist.steps) == STEPS
+    assert _logs.analyze(hist).nan_step == NAN
+    (tmp_path / "json_config.log").write_text('{"lr": 0.0001}\n' + "\n".join(lines[1:]) + "\n")
+    hist = _logs.read_history(tmp_path / "json_config.log")
+    assert hist.format == "text" and _logs.analyze(hist).nan_step == NAN
 
 
 def _args(path: Path, *extra: str) -> argparse.Namespace:

@@ -198,7 +198,7 @@ def test_fp16_scaler_overflow_is_not_divergence(tmp_path):
     x, y, model = _regression()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)  # overflows fp16 for a few steps
-    guard = TrainingGuard(model, opt, scaler, log=str(tmp_path / "g.jsonl"))
+    guard = TrainingGuard(model, opt, scaler, log=str(tmp_path / "g.jsonl"), log_every=1)
     results = _fp16_run(guard, model, x[:32], y[:32], 12)
     actions = [r.action for r in results]
     assert Action.SCALER_SKIP in actions and actions[-1].stepped
@@ -208,6 +208,10 @@ def test_fp16_scaler_overflow_is_not_divergence(tmp_path):
     assert overflow and all(e["severity"] == "info" for e in overflow)
     assert overflow[-1]["scale"] < 2.0**20
     assert torch.isfinite(_flat(model)).all()
+    from datacheck import _logs
+
+    timeline = _logs.analyze(_logs.read_history(tmp_path / "g.jsonl"))  # overflow is no NaN
+    assert timeline.status == "healthy" and timeline.guard_events["scaler_overflow"] >= 1
 
 
 def test_disabled_scaler_does_not_excuse_nan_gradients():
