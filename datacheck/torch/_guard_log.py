@@ -27,6 +27,7 @@ class EventLog:
         self._tb: Any = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            _end_torn_line(path)
             self._fh = path.open("a", encoding="utf-8")
         if tensorboard_dir is not None:
             self._tb = _summary_writer(tensorboard_dir)
@@ -61,6 +62,46 @@ class EventLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def _end_torn_line(path: Path) -> None:
+    """Before appending: a crash mid-write left a last line without its newline.
+
+    A torn record (starts with ``{``, is not JSON) is cut off, so readers see only whole
+    records; any other unterminated line is kept and ended with a newline.
+    """
+    if not path.is_file():
+        return
+    with path.open("rb+") as fh:
+        size = fh.seek(0, 2)
+        if size == 0:
+            return
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        start = _last_line_start(fh, size)
+        fh.seek(start)
+        tail = fh.read(size - start)
+        try:
+            json.loads(tail)
+        except ValueError:
+            if tail.lstrip().startswith(b"{"):
+                fh.truncate(start)
+                return
+        fh.seek(size)
+        fh.write(b"\n")
+
+
+def _last_line_start(fh: Any, size: int) -> int:
+    pos = size
+    while pos > 0:
+        n = min(1 << 16, pos)
+        pos -= n
+        fh.seek(pos)
+        cut = fh.read(n).rfind(b"\n")
+        if cut >= 0:
+            return pos + cut + 1
+    return 0
 
 
 def _summary_writer(log_dir: Path) -> Any:
@@ -109,10 +150,16 @@ def bad_steps(log: str | Path) -> set[int]:
     """Steps a guard log recorded as skipped, so a restarted job can skip them too."""
     steps: set[int] = set()
     with Path(log).open(encoding="utf-8") as fh:
-        for line in fh:
+        lines = [line for line in fh if line.strip()]
+    for n, line in enumerate(lines):
+        try:
             rec = json.loads(line)
-            if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
-                steps.add(int(rec["step"]))
+        except json.JSONDecodeError:
+            if n == len(lines) - 1:  # torn by a crash mid-write
+                break
+            raise
+        if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
+            steps.add(int(rec["step"]))
     return steps
 
 

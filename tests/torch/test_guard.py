@@ -86,6 +86,50 @@ def test_nan_batch_is_skipped_and_adam_state_is_untouched(tmp_path):
     assert bad_steps(tmp_path / "guard.jsonl") == {k}
 
 
+def _nan_at(guard, model, opt, x, y, steps: range, bad: int) -> None:
+    for step in steps:
+        loss = F.mse_loss(model(x[:8]), y[:8]) * (float("nan") if step == bad else 1.0)
+        loss.backward()
+        guard.step(loss)
+        opt.zero_grad(set_to_none=True)
+
+
+def test_torn_last_line_after_a_crash_is_ignored_then_ended_on_resume(tmp_path):
+    from datacheck import _logs
+
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    log = tmp_path / "guard.jsonl"
+    guard = TrainingGuard(model, opt, log=str(log), log_every=1)
+    _nan_at(guard, model, opt, x, y, range(6), bad=3)
+    guard.close()
+    torn = log.read_text().splitlines()[-1][:25]  # the crash cut a record mid-write
+    log.write_text(log.read_text() + torn)
+    assert bad_steps(log) == {3}
+    assert len(_logs.read_history(log).steps) == 6
+    guard = TrainingGuard(model, opt, log=str(log), log_every=1)  # the restarted job appends
+    _nan_at(guard, model, opt, x, y, range(3), bad=1)
+    guard.close()
+    assert all(json.loads(line) for line in log.read_text().splitlines())  # nothing glued on
+    assert bad_steps(log) == {3, 1}
+    log.write_text(log.read_text() + '{"step": 9, "ki\n{"step": 10, "kind": "step"}\n')
+    with pytest.raises(json.JSONDecodeError):  # torn in the middle is corruption, not a crash
+        bad_steps(log)
+
+
+def test_resume_ends_an_unterminated_line_that_is_no_torn_record(tmp_path):
+    log = tmp_path / "guard.jsonl"
+    log.write_text('{"step": 0, "kind": "step", "loss": 1.0}')  # whole, only the newline missing
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    guard = TrainingGuard(model, opt, log=str(log), log_every=1)
+    _nan_at(guard, model, opt, x, y, range(1), bad=-1)
+    guard.close()
+    lines = log.read_text().splitlines()
+    assert lines[0] == '{"step": 0, "kind": "step", "loss": 1.0}' and len(lines) == 2
+    assert json.loads(lines[1])["kind"] == "step"
+
+
 def test_unguarded_step_on_that_batch_poisons_adam():
     """The fault the previous test injects really is fatal without the guard."""
     x, y, model = _regression()
