@@ -37,7 +37,8 @@ def _inprocess(fn: UnitFn, units: Sequence[WorkUnit], workers: int, **_: Any) ->
 
 def _processes(fn: UnitFn, units: Sequence[WorkUnit], workers: int, **_: Any) -> Iterator[Any]:
     ctx = mp.get_context("spawn")  # no fork: Arrow's thread pools do not survive it
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    try:
         pending = {pool.submit(fn, u) for u in units[: workers * 2]}
         queue = list(units[workers * 2 :])
         while pending:
@@ -46,6 +47,20 @@ def _processes(fn: UnitFn, units: Sequence[WorkUnit], workers: int, **_: Any) ->
                 if queue:
                     pending.add(pool.submit(fn, queue.pop(0)))
                 yield fut.result()
+    except BaseException:  # Ctrl-C, SIGTERM, an early close: stop now, do not wait for units
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued units and end the worker processes without waiting for running ones."""
+    procs = list(getattr(pool, "_processes", {}).values())  # no public handle on the workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=10)
 
 
 EXECUTORS: dict[str, Callable[..., Iterator[Any]]] = {

@@ -190,12 +190,16 @@ def _all_gone(procs: list[psutil.Process], timeout: float = 30) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("sig", "code", "said"),
-    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
-    ids=["ctrl-c", "sigterm"],
+    ("sig", "code", "said", "executor"),
+    [
+        (signal.SIGINT, 130, "interrupted", "distributed"),
+        (signal.SIGTERM, 143, "terminated (SIGTERM)", "distributed"),
+        (signal.SIGTERM, 143, "terminated (SIGTERM)", "processes"),
+    ],
+    ids=["ctrl-c", "sigterm", "sigterm-processes"],
 )
 def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
-    shards: Path, clean: Path, tmp_path: Path, sig: int, code: int, said: str
+    shards: Path, clean: Path, tmp_path: Path, sig: int, code: int, said: str, executor: str
 ) -> None:
     cmd = [
         sys.executable,
@@ -204,7 +208,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
         "scan",
         str(shards),
         "--executor",
-        "distributed",
+        executor,
         "--workers",
         "2",
         "--out",
