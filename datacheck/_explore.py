@@ -344,8 +344,9 @@ class _TextSink:
         if self.fmt == "csv":
             import pyarrow.csv as pacsv
 
-            tab = ".tsv" in entry["path"].lower()
-            opts = pacsv.WriteOptions(delimiter="\t" if tab else ",")
+            from datacheck.formats import is_tsv
+
+            opts = pacsv.WriteOptions(delimiter="\t" if is_tsv(entry["path"]) else ",")
             self.writer: Any = pacsv.CSVWriter(self.stream, schema, write_options=opts)
         elif self.fmt == "arrow":
             self.writer = pa.ipc.new_file(self.stream, schema)
@@ -366,8 +367,9 @@ class _TextSink:
 
 
 def _compression(path: str) -> str | None:
-    suffix = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
-    return suffix.get(Path(path).suffix.lower())
+    from datacheck.formats import COMPRESSIONS
+
+    return COMPRESSIONS.get(Path(path).suffix.lower())
 
 
 def _copy_streamed(entry: dict[str, Any], tmp: Path, drop: np.ndarray,

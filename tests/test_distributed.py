@@ -123,6 +123,12 @@ def _cli(*args: str, **kw) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _scan_cmd(shards: Path, out: Path, executor: str = "distributed") -> list[str]:
+    """``datacheck scan`` on the shards with 2 local workers, as a command line."""
+    return [sys.executable, "-m", "datacheck", "scan", str(shards), "--executor", executor,
+            "--workers", "2", "--out", str(out), "--no-progress"]  # fmt: skip
+
+
 def test_cli_scheduler_address(
     shards: Path, clean: Path, cluster: DaskCluster, tmp_path: Path
 ) -> None:
@@ -141,20 +147,7 @@ def test_cli_workers_starts_and_tears_down_a_local_cluster(
     shards: Path, clean: Path, tmp_path: Path
 ) -> None:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "datacheck",
-            "scan",
-            str(shards),
-            "--executor",
-            "distributed",
-            "--workers",
-            "2",
-            "--out",
-            str(tmp_path),
-            "--no-progress",
-        ],
+        _scan_cmd(shards, tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -201,20 +194,7 @@ def _all_gone(procs: list[psutil.Process], timeout: float = 30) -> bool:
 def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
     shards: Path, clean: Path, tmp_path: Path, sig: int, code: int, said: str, executor: str
 ) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "datacheck",
-        "scan",
-        str(shards),
-        "--executor",
-        executor,
-        "--workers",
-        "2",
-        "--out",
-        str(tmp_path),
-        "--no-progress",
-    ]
+    cmd = _scan_cmd(shards, tmp_path, executor)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )

@@ -324,3 +324,14 @@ def test_clean_copy_and_flagged_rows_keep_text_integers_exact(tmp_path: Path) ->
     assert (tmp_path / "out" / "c.csv").read_text().splitlines()[1:] == ["1,1", "4,4"]
     rows = report.flagged_rows("a.csv")
     assert rows["id"].tolist() == [1152921504606846981]
+
+
+def test_clean_copy_keeps_the_delimiter_of_the_file_not_of_its_folder(tmp_path: Path) -> None:
+    data = tmp_path / "x.tsv.d"
+    data.mkdir()
+    (data / "data.csv").write_text("a,b\n1,nan\n2,3\n")
+    (data / "t.tsv").write_text("a\tb\n1\tinf\n2\t3\n")
+    report = dc.scan(data, out=tmp_path / "rep")
+    report.clean_copy(tmp_path / "out")
+    assert (tmp_path / "out" / "data.csv").read_text().splitlines() == ['"a","b"', "2,3"]
+    assert (tmp_path / "out" / "t.tsv").read_text().splitlines() == ['"a"\t"b"', "2\t3"]

@@ -135,12 +135,26 @@ def get_format(name: str) -> Format:
     return _REGISTRY[name]
 
 
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+"""Compression suffixes a text format may carry, and Arrow's codec name for each."""
+
+
+def base_name(path: str) -> str:
+    """The file name without a compression suffix, lower case (``x.TSV.gz`` -> ``x.tsv``)."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1].lower()
+    for suffix in COMPRESSIONS:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def is_tsv(path: str) -> bool:
+    """Tab-separated, by the file's own name (never by a folder's)."""
+    return base_name(path).endswith(".tsv")
+
+
 def _ext_match(path: str) -> Format | None:
-    lower = path.lower()
-    for suffix in (".gz", ".bz2", ".zst", ".lz4"):
-        if lower.endswith(suffix):
-            lower = lower[: -len(suffix)]
-            break
+    lower = base_name(path)
     best: tuple[int, Format] | None = None
     for fmt in _REGISTRY.values():
         for ext in fmt.extensions:

@@ -11,7 +11,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from datacheck import _remote
-from datacheck.formats import Chunk, Format, Opened, WorkUnit, register
+from datacheck.formats import Chunk, Format, Opened, WorkUnit, is_tsv, register
 
 _BLOCK_BYTES = 16 << 20
 INTEGER_COLUMNS = "datacheck.integer_columns"
@@ -86,7 +86,7 @@ class CsvFormat(Format):
             _remote.stream(unit.path),
             read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=pacsv.ParseOptions(
-                delimiter="\t" if _base_name(unit.path).endswith(".tsv") else ","
+                delimiter="\t" if is_tsv(unit.path) else ","
             ),
             convert_options=pacsv.ConvertOptions(
                 column_types=types,
@@ -149,14 +149,6 @@ def restore_integers(table: pa.Table) -> pa.Table:
             continue
         table = table.set_column(table.column_names.index(name), name, ints)
     return table
-
-
-def _base_name(path: str) -> str:
-    """The file name without a compression suffix, lower case (``x.TSV.gz`` -> ``x.tsv``)."""
-    name = path.rsplit("/", 1)[-1].lower()
-    for suffix in (".gz", ".bz2", ".zst", ".lz4"):
-        name = name.removesuffix(suffix)
-    return name
 
 
 def _require_text(schema: pa.Schema) -> None:
