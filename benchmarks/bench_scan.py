@@ -99,9 +99,9 @@ def v_pandera(paths: list[str]) -> None:
     import pandas as pd
     import pandera.pandas as pa_
 
-    from datacheck.schema import _register_checks
+    from datacheck.checks._pandas import register_pandera_checks
 
-    _register_checks()
+    register_pandera_checks()
     checks = [pa_.Check.finite(), pa_.Check.fp16_safe()]  # type: ignore[attr-defined]
     cols = {f"f{i:02d}": pa_.Column("float32", checks=checks, nullable=False) for i in range(FEATURES)}
     cols["id"] = pa_.Column("int64")

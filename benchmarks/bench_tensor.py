@@ -108,8 +108,8 @@ def child_scan(root: str, planted: str) -> dict[str, float]:
 
 def child_units(root: str, planted: str) -> dict[str, float]:
     """Readers + checks only: ``scan_unit`` per file, no report, manifest, parts or journal."""
-    from datacheck._discover import discover, plan_units
-    from datacheck._unit import scan_unit
+    from datacheck.engine._discover import discover, plan_units
+    from datacheck.engine._unit import scan_unit
 
     warm = Path(tempfile.mkdtemp(prefix="bench-tensor-")) / "warm.npy"
     np.save(warm, np.zeros((2, 3), np.float32))

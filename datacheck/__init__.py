@@ -8,9 +8,8 @@ schema violations, corrupt files) and writes a report plus a quarantine manifest
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from datacheck._scan import ScanConfig, scan
+from datacheck._version import __version__
 from datacheck.checks import CHECKS, FP16_MAX, CheckSpec, Severity
 from datacheck.errors import DatacheckError, InputError, SchemaError, UsageError
 from datacheck.report import Report, load_report
@@ -19,7 +18,7 @@ from datacheck.schema import load_schema
 _LAZY = {
     "InferConfig": "datacheck._infer",
     "infer": "datacheck._infer",
-    "load_profile": "datacheck._profile",
+    "load_profile": "datacheck.profile",
 }
 
 

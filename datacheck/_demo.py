@@ -59,9 +59,9 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 def _schema_yaml() -> str:
     import pandera.pandas as pa_
 
-    from datacheck.schema import _register_checks
+    from datacheck.checks._pandas import register_pandera_checks
 
-    _register_checks()
+    register_pandera_checks()
     cols = {"id": pa_.Column("int64", nullable=False)}
     for name in FEATURES:
         cols[name] = pa_.Column(

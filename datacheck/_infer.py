@@ -19,10 +19,8 @@ It loads back through :func:`datacheck.load_schema` and through pandera's
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -34,7 +32,7 @@ from typing import Any
 from datacheck.checks._rules import ZSCORE_MAX, Normalized, Reference
 from datacheck.errors import UsageError
 
-__all__ = ["InferConfig", "InferResult", "add_parser", "infer"]
+__all__ = ["InferConfig", "InferResult", "infer"]
 
 _ARROW_TO_PANDERA = {
     "double": "float64", "float": "float32", "halffloat": "float16", "bool": "bool",
@@ -134,7 +132,7 @@ def _is_float(arrow: str) -> bool:
 
 
 def _looks_normalized(stats: dict[str, Any]) -> bool:
-    from datacheck._drift import normalization_problem
+    from datacheck.profile._drift import normalization_problem
 
     if stats.get("mean") is None or not stats.get("finite"):
         return False
@@ -186,7 +184,7 @@ def _reference_moments(s: dict[str, Any]) -> tuple[float, float]:
 
 def _shard_drift(s: dict[str, Any], shards: dict[str, dict[str, Any]]) -> list[str]:
     """The ``drift`` findings the profiled shards themselves would get from ``reference_stats``."""
-    from datacheck._drift import drift_problem
+    from datacheck.profile._drift import drift_problem
 
     mean, std = _reference_moments(s)
     out = []
@@ -328,7 +326,7 @@ def _column_dtypes(files: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _header(paths: list[str], files: int, rows: int) -> list[str]:
-    from datacheck import __version__
+    from datacheck._version import __version__
 
     return [
         f"# pandera schema inferred by datacheck {__version__} from {files} file(s), {rows:,} rows:",
@@ -355,8 +353,8 @@ def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
     Raises:
         InputError, UsageError: for bad inputs or settings.
     """
-    from datacheck._profile import read_profile
     from datacheck._scan import scan
+    from datacheck.profile._stats import read_profile
 
     config = config or InferConfig(**overrides)
     inputs = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
@@ -387,48 +385,3 @@ def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
         Path(out).write_text(text)
     columns = {n: {"dtype": dtypes[n], **stats.get(n, {})} for n in dtypes}
     return InferResult(text, len(readable), rows, columns, notes)
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``datacheck infer``."""
-    p = sub.add_parser("infer", help="profile trusted data and write a pandera schema", description=(
-        "Profile files in one streaming pass (dtype, nulls, NaN/Inf, min/max, mean/std, "
-        "quantiles) and write a commented pandera YAML schema with datacheck checks."))  # fmt: skip
-    p.add_argument("paths", nargs="+", help="files, directories (recursive) or globs")
-    p.add_argument(
-        "--out", default="schema.yaml", help="schema file to write (default: %(default)s)"
-    )
-    p.add_argument("--normalized", default="auto",
-                   help="columns that should be standardised: auto, none, or a comma-separated "
-                        "list (default: %(default)s: every scalar float column when most look "
-                        "standardised)")  # fmt: skip
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=0.1,
-        help="widen observed ranges by this fraction of the span (default: %(default)s)",
-    )
-    p.add_argument(
-        "--zscore-max",
-        type=float,
-        default=ZSCORE_MAX,
-        help="value-level z-score bound (default: %(default)s)",
-    )
-    p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
-    p.add_argument("--executor", default="auto", help="auto | inprocess | processes | distributed")
-    p.set_defaults(func=_run_infer)
-
-
-def _run_infer(args: argparse.Namespace) -> int:
-    normalized: str | list[str] = args.normalized
-    if normalized not in ("auto", "none"):
-        normalized = [c.strip() for c in args.normalized.split(",") if c.strip()]
-    config = InferConfig(normalized=normalized, margin=args.margin, zscore_max=args.zscore_max,
-                         workers=args.workers, executor=args.executor)  # fmt: skip
-    result = infer(args.paths, out=args.out, config=config)
-    print(f"schema for {len(result.columns)} columns inferred from {result.files} file(s), "
-          f"{result.rows:,} rows: {args.out}")  # fmt: skip
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
-    print(f"next: datacheck scan DATA --schema {args.out}")
-    return 0

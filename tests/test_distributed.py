@@ -19,7 +19,7 @@ import pytest
 from _clusterkit import DaskCluster, comparable, manifest
 
 import datacheck
-from datacheck._resume import JOURNAL
+from datacheck.engine._journal import JOURNAL
 from datacheck.errors import UsageError
 
 pytestmark = pytest.mark.slow

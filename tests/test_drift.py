@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import datacheck
-from datacheck._drift import MIN_VALUES, column_findings, normalization_problem
-from datacheck._profile import ColumnProfile, load_profile
 from datacheck.checks._rules import Normalized
+from datacheck.profile._drift import MIN_VALUES, column_findings, normalization_problem
+from datacheck.profile._stats import ColumnProfile, load_profile
 
 ROWS = 2000
 
@@ -157,9 +157,9 @@ def _schema_obj():  # type: ignore[no-untyped-def]
     import pandera.pandas as pa_
 
     datacheck.load_schema  # noqa: B018 - registers datacheck's checks
-    from datacheck.schema import _register_checks
+    from datacheck.checks._pandas import register_pandera_checks
 
-    _register_checks()
+    register_pandera_checks()
     return pa_.DataFrameSchema(
         {"x": pa_.Column(float, checks=[pa_.Check.reference_stats(mean=0.0, std=1.0)])}
     )

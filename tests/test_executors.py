@@ -18,9 +18,10 @@ from _clusterkit import comparable, manifest
 
 import datacheck
 from datacheck._demo import PLANTED
-from datacheck._discover import discover, plan_units
-from datacheck._execute import run_units
 from datacheck._scan import _run_unit
+from datacheck.engine._discover import discover, plan_units
+from datacheck.engine._unit import poison_result
+from datacheck.execute import run_units
 
 EXECUTORS = ("inprocess", "processes", "distributed")
 
@@ -75,12 +76,12 @@ def test_every_unit_yields_exactly_one_result(
     opts = dict(run_opts)
     executor = str(opts.pop("executor", "distributed"))
     workers = int(opts.pop("workers", 2))  # type: ignore[call-overload]
-    results = list(run_units(fn, units, executor, workers, **opts))
+    results = list(run_units(fn, units, executor, workers, on_poison=poison_result, **opts))
     assert sorted(r.key for r in results) == sorted(u.key for u in units)
     flagged = [r for r in results if r.findings_rows]
     assert flagged  # findings stay in part files the workers wrote; only counts travel back
     assert all(r.table is None and Path(r.part_file).is_file() for r in flagged)
-    assert list(run_units(fn, [], executor, workers, **opts)) == []
+    assert list(run_units(fn, [], executor, workers, on_poison=poison_result, **opts)) == []
 
 
 def test_row_group_units_of_a_large_file_match(run_opts: dict[str, object], tmp_path: Path) -> None:

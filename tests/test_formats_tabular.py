@@ -12,8 +12,8 @@ import pytest
 from conftest import EXT, TABULAR_FORMATS, planted_table, site_set, write_table
 
 import datacheck
-from datacheck._discover import plan_units
-from datacheck._unit import scan_unit
+from datacheck.engine._discover import plan_units
+from datacheck.engine._unit import scan_unit
 
 
 @pytest.mark.parametrize("fmt", TABULAR_FORMATS)

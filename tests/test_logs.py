@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from datacheck import _logs
+from datacheck.cli import _logs as logs_cli
 from datacheck.errors import InputError, UsageError
 
 PRECURSOR, WARNING, DANGER, NAN, STEPS = 400, 450, 452, 480, 500
@@ -232,7 +233,7 @@ def test_fp16_scaler_overflow_rows_are_not_nan(tmp_path, capsys):
     tl = _logs.analyze(_logs.read_history(path))
     assert tl.status == "healthy" and tl.nan_step is None
     assert tl.guard_events == {"scaler_overflow": 5}
-    assert _logs.run(_args(path)) == 0
+    assert logs_cli.run(_args(path)) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "healthy"
     real = _guard_log(tmp_path / "nan.jsonl", 60, overflow=(0, 1, 2), nan_at=40)
     assert _logs.analyze(_logs.read_history(real)).nan_step == 40
@@ -267,13 +268,13 @@ def test_text_log_that_starts_with_a_printed_dict(tmp_path):
 def _args(path: Path, *extra: str) -> argparse.Namespace:
     """Parse through the real ``logs`` subparser, so defaults are the CLI's."""
     parser = argparse.ArgumentParser()
-    _logs.add_parser(parser.add_subparsers())
+    logs_cli.add_parser(parser.add_subparsers())
     return parser.parse_args(["logs", str(path), "--format", "json", *extra])
 
 
 def test_run_in_process(tmp_path, capsys):
     path = _write(tmp_path / "train.log", "plain", _history())
-    assert _logs.run(_args(path)) == 1
+    assert logs_cli.run(_args(path)) == 1
     out = json.loads(capsys.readouterr().out)
     assert (out["status"], out["warning_step"], out["precursor_step"], out["restart_step"]) == (
         "nan",
@@ -281,7 +282,7 @@ def test_run_in_process(tmp_path, capsys):
         400,
         399,
     )
-    assert _logs.run(_args(path, "--format", "text")) == 1
+    assert logs_cli.run(_args(path, "--format", "text")) == 1
     text = capsys.readouterr().out
     assert (
         "precursor  step 400" in text
@@ -289,8 +290,8 @@ def test_run_in_process(tmp_path, capsys):
         and "restart from step 399" in text
     )
     with pytest.raises(UsageError, match="spike-factor"):
-        _logs.run(_args(path, "--spike-factor", "1"))
-    assert _logs.run(_args(path, "--lookback", "10")) == 1  # the spikes are a run: onset still 400
+        logs_cli.run(_args(path, "--spike-factor", "1"))
+    assert logs_cli.run(_args(path, "--lookback", "10")) == 1  # the spikes are a run: onset still 400
     assert json.loads(capsys.readouterr().out)["precursor_step"] == PRECURSOR
 
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import datacheck
-from datacheck._columns import flatten
-from datacheck._profile import (
+from datacheck.checks._columns import flatten
+from datacheck.profile._stats import (
     QUANTILES,
     RELATIVE_ERROR,
     ColumnProfile,
@@ -215,9 +215,9 @@ def test_cli_scan_profile_flag(tmp_path: Path) -> None:
 
 def test_profile_survives_the_resume_journal(tmp_path: Path) -> None:
     """A unit recorded before an interruption comes back with its profile (plain JSON)."""
-    from datacheck._discover import discover, plan_units
-    from datacheck._resume import Journal
-    from datacheck._unit import scan_unit
+    from datacheck.engine._discover import discover, plan_units
+    from datacheck.engine._journal import Journal
+    from datacheck.engine._unit import scan_unit
 
     x = np.random.default_rng(8).standard_normal(1000)
     x[5] = np.inf

@@ -19,7 +19,7 @@ import pytest
 from _clusterkit import comparable, free_port, manifest
 
 import datacheck
-from datacheck._discover import discover, plan_units
+from datacheck.engine._discover import discover, plan_units
 from datacheck.errors import InputError
 
 BUCKET = "dc-test"

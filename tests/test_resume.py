@@ -15,9 +15,9 @@ from _clusterkit import comparable, manifest
 
 import datacheck
 from datacheck import findings as fnd
-from datacheck._resume import JOURNAL, Journal
-from datacheck._unit import UnitResult
 from datacheck.checks._registry import Severity
+from datacheck.engine._journal import JOURNAL, Journal
+from datacheck.engine._unit import UnitResult
 from datacheck.errors import UsageError
 from datacheck.findings import Finding, findings_table
 
@@ -178,8 +178,8 @@ def test_a_worker_that_cannot_see_the_parts_folder_returns_its_findings(
     data: Path, tmp_path: Path
 ) -> None:
     """No shared filesystem: the findings come back in the result, not as a missing file."""
-    from datacheck._discover import discover, plan_units
-    from datacheck._unit import scan_unit
+    from datacheck.engine._discover import discover, plan_units
+    from datacheck.engine._unit import scan_unit
 
     unit = next(
         u for u in plan_units(discover([str(data)])[0]) if u.path.endswith("extra-3.parquet")

@@ -15,9 +15,10 @@ from conftest import site_set
 
 import datacheck
 from datacheck.errors import SchemaError
-from datacheck.schema import _register_checks, load_schema
+from datacheck.checks._pandas import register_pandera_checks
+from datacheck.schema import load_schema
 
-_register_checks()
+register_pandera_checks()
 
 
 def _schema(**extra) -> pa_.DataFrameSchema:
@@ -77,8 +78,8 @@ def test_python_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     mod = tmp_path / "my_schemas.py"
     mod.write_text(textwrap.dedent("""
         import pandera.pandas as pa
-        import datacheck.schema
-        datacheck.schema._register_checks()
+        from datacheck.checks import register_pandera_checks
+        register_pandera_checks()
         train = pa.DataFrameSchema({"x": pa.Column(float, checks=[pa.Check.max_abs(max_abs=1.0)])})
     """))
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -11,7 +11,7 @@ from datacheck.checks._numpy import RowMap, check_values
 from datacheck.checks._registry import BF16_MAX, FP16_MAX, Severity
 from datacheck.checks._rules import Bound, ColumnRules, Range, default_rules
 from datacheck.checks._tensor import sample_hits
-from datacheck.schema import FP16_OVERFLOW
+from datacheck.checks._registry import FP16_OVERFLOW
 
 SPECIALS = [
     np.nan,

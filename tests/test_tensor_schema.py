@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import datacheck
-from datacheck._tensor_schema import match_shape, parse_tensor_section
 from datacheck.errors import SchemaError
 from datacheck.schema import load_schema
+from datacheck.schema._tensors import match_shape, parse_tensor_section
 
 PANDERA_COLUMNS = """\
 schema_type: dataframe

@@ -7,6 +7,7 @@ and ``datacheck.torch`` has the body used on batches at training time.
 
 from __future__ import annotations
 
+from datacheck.checks._pandas import register_pandera_checks
 from datacheck.checks._registry import (
     CHECKS,
     CORRUPT,
@@ -39,4 +40,5 @@ __all__ = [
     "CheckSpec",
     "Severity",
     "get_check",
+    "register_pandera_checks",
 ]

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 FP16_MAX = 65504.0
 """Largest finite float16: a value beyond it overflows to Inf under fp16 mixed precision."""
 
+FP16_OVERFLOW = 65519.99999999999
+"""|x| above this overflows to Inf when cast to float16 (round-to-nearest-even rounds values
+below 65520 down to 65504): ``float(np.nextafter(65520.0, 0.0))``."""
+
 BF16_MAX = 3.3895313892515355e38
 """Largest finite bfloat16."""
 

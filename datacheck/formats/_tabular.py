@@ -10,8 +10,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from datacheck import _remote
-from datacheck.formats import Chunk, Format, Opened, WorkUnit, is_tsv, register
+from datacheck.formats import Chunk, Format, Opened, WorkUnit, _storage, is_tsv, register
 
 _BLOCK_BYTES = 16 << 20
 INTEGER_COLUMNS = "datacheck.integer_columns"
@@ -44,7 +43,7 @@ class ParquetFormat(Format):
         if size <= unit_bytes:
             return [{}]
         try:
-            meta = pq.read_metadata(_remote.source(path))
+            meta = pq.read_metadata(_storage.source(path))
         except Exception:  # noqa: BLE001 - the unit's own read reports the damage
             return [{}]
         units, start, offset, acc, rows_before = [], 0, 0, 0, 0
@@ -59,7 +58,7 @@ class ParquetFormat(Format):
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         # No memory map: mapped pages would count against RSS for the whole file.
-        pf = pq.ParquetFile(_remote.source(unit.path), page_checksum_verification=True)
+        pf = pq.ParquetFile(_storage.source(unit.path), page_checksum_verification=True)
         meta = pf.metadata
         lo, hi = unit.row_groups or (0, meta.num_row_groups)
         expected = sum(meta.row_group(i).num_rows for i in range(lo, hi))
@@ -83,7 +82,7 @@ class CsvFormat(Format):
 
     def _reader(self, unit: WorkUnit, options: Mapping[str, Any], types: dict[str, pa.DataType]):
         return pacsv.open_csv(
-            _remote.stream(unit.path),
+            _storage.stream(unit.path),
             read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=pacsv.ParseOptions(
                 delimiter="\t" if is_tsv(unit.path) else ","
@@ -166,8 +165,8 @@ class ArrowFormat(Format):
         return head[:6] == b"ARROW1" or head[:4] == b"FEA1"
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        remote = _remote.is_url(unit.path)
-        source = pa.PythonFile(_remote.source(unit.path)) if remote else pa.memory_map(unit.path)
+        remote = _storage.is_url(unit.path)
+        source = pa.PythonFile(_storage.source(unit.path)) if remote else pa.memory_map(unit.path)
         head = source.read(6)
         source.seek(0)
         if head == b"ARROW1":
@@ -195,7 +194,7 @@ class JsonLinesFormat(Format):
             unexpected_field_behavior="infer",
         )
         return pajson.open_json(
-            _remote.stream(unit.path),
+            _storage.stream(unit.path),
             read_options=pajson.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
             parse_options=parse,
         )

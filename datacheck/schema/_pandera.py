@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from datacheck.checks._registry import BF16_MAX, FP16_MAX, Severity
+from datacheck.checks._pandas import register_pandera_checks
+from datacheck.checks._registry import BF16_MAX, FP16_MAX, FP16_OVERFLOW, Severity
 from datacheck.checks._rules import (
-    ZSCORE_MAX,
     Allowed,
     Bound,
     ColumnRules,
@@ -36,67 +36,6 @@ from datacheck.checks._rules import (
 from datacheck.errors import SchemaError
 
 __all__ = ["CompiledSchema", "compile_schema", "load_schema"]
-
-FP16_OVERFLOW = float(np.nextafter(65520.0, 0.0))
-"""|x| above this overflows to Inf when cast to float16 (round-to-nearest-even)."""
-
-
-def _register_checks() -> None:
-    import pandera.extensions as ext
-    from pandera.api.extensions import CheckType  # noqa: F401 - imported for its side effect
-
-    registered = getattr(_register_checks, "done", False)
-    if registered:
-        return
-
-    @ext.register_check_method(statistics=[])
-    def finite(pandas_obj):  # type: ignore[no-untyped-def]
-        """Every value is finite: no NaN, +Inf or -Inf (NaN is not treated as null)."""
-        return np.isfinite(pandas_obj.astype("float64"))
-
-    @ext.register_check_method(statistics=["max_abs"])
-    def max_abs(pandas_obj, *, max_abs):  # type: ignore[no-untyped-def]
-        """|x| <= max_abs for every finite value."""
-        return ~(pandas_obj.abs() > max_abs)
-
-    @ext.register_check_method(statistics=[])
-    def fp16_safe(pandas_obj):  # type: ignore[no-untyped-def]
-        """The value stays finite after a cast to float16 (|x| < 65520)."""
-        return ~(pandas_obj.abs() > FP16_OVERFLOW)
-
-    @ext.register_check_method(statistics=[])
-    def bf16_safe(pandas_obj):  # type: ignore[no-untyped-def]
-        """The value stays finite after a cast to bfloat16."""
-        return ~(pandas_obj.abs() > BF16_MAX)
-
-    @ext.register_check_method(
-        statistics=["mean", "std", "zscore_max", "max_mean_shift", "max_std_ratio"]
-    )
-    def reference_stats(  # type: ignore[no-untyped-def]
-        pandas_obj, *, mean, std, zscore_max=None, max_mean_shift=None, max_std_ratio=None
-    ):
-        """|x - mean| <= zscore_max * std (default 6); datacheck scans also check shard drift."""
-        z = ZSCORE_MAX if zscore_max is None else float(zscore_max)
-        if not float(std) > 0 or np.isinf(z):
-            return pandas_obj.notna() | pandas_obj.isna()
-        return ~((pandas_obj.astype("float64") - float(mean)).abs() > z * float(std))
-
-    @ext.register_check_method(statistics=["mean", "std", "max_mean_shift", "max_std_ratio"])
-    def normalized(  # type: ignore[no-untyped-def]
-        pandas_obj, *, mean=None, std=None, max_mean_shift=None, max_std_ratio=None
-    ):
-        """The column is standardised: its mean and std are close to ``mean``/``std`` (0/1)."""
-        from datacheck._drift import normalization_problem
-
-        stats = {"mean": mean, "std": std, "max_mean_shift": max_mean_shift,
-                 "max_std_ratio": max_std_ratio}  # fmt: skip
-        spec = Normalized.from_stats(stats, Severity.ERROR)
-        x = pandas_obj.astype("float64")
-        x = x[np.isfinite(x)]
-        return x.size < 2 or normalization_problem(spec, float(x.mean()), float(x.std(ddof=0))) is None
-
-    _register_checks.done = True  # type: ignore[attr-defined]
-
 
 DATACHECK_CHECKS = (
     "finite", "max_abs", "fp16_safe", "bf16_safe", "reference_stats", "normalized",
@@ -143,7 +82,7 @@ class CompiledSchema:
     arrow_types: Mapping[str, Any] = field(default_factory=dict)
     """Arrow types to parse text formats (CSV, JSON Lines) with."""
     tensors: Any = None
-    """The ``tensors:`` section (a ``datacheck._tensor_schema.TensorSchema``), or None."""
+    """The ``tensors:`` section (a ``datacheck.schema._tensors.TensorSchema``), or None."""
 
     def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
         spec = self.columns.get(name)
@@ -273,7 +212,7 @@ def _load_yaml(path: Path) -> tuple[Any, Any]:
     import yaml
     from pandera.api.pandas.container import DataFrameSchema
 
-    from datacheck._tensor_schema import parse_tensor_section, safe_load_yaml
+    from datacheck.schema._tensors import parse_tensor_section, safe_load_yaml
 
     where = repr(str(path))
     tensors = None
@@ -333,7 +272,7 @@ def load_schema(spec: Any) -> CompiledSchema | None:
     """
     if spec is None:
         return None
-    _register_checks()
+    register_pandera_checks()
     if isinstance(spec, CompiledSchema):
         return spec
     if hasattr(spec, "columns"):

@@ -1,53 +1,20 @@
-"""The ``datacheck`` command line.  ``main(argv) -> int`` is testable in-process.
-
-Exit codes (:class:`ExitCode`): 0 clean, 1 findings at or above ``--fail-on``, 2 usage or
-input error.  A :class:`~datacheck.errors.DatacheckError` becomes one line on stderr, never a
-traceback.  Subcommands living in other modules register through ``add_parser(subparsers)``
-and are listed in ``_SUBCOMMAND_MODULES``.
-"""
+"""``datacheck scan PATHS``: the pre-training gate (library side: :func:`datacheck.scan`)."""
 
 from __future__ import annotations
 
 import argparse
-import enum
-import importlib
 import json
-import signal
 import sys
-import threading
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from datacheck.errors import DatacheckError, UsageError
+from datacheck.execute import EXECUTOR_NAMES
 
-_SUBCOMMAND_MODULES: tuple[str, ...] = ("datacheck._logs", "datacheck._report_cli", "datacheck._infer")
-"""Modules exposing ``add_parser(subparsers)`` for extra subcommands (e.g. ``logs``)."""
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0
-    FINDINGS = 1
-    USAGE = 2
-    INTERRUPTED = 130
-    TERMINATED = 143
+__all__ = ["add_parser"]
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (a pre-empted job, ``scancel``, a pod being evicted), unwound like Ctrl-C."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
-
-
-def _add_scan(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
+    """Register ``datacheck scan``."""
     p = sub.add_parser("scan", help="scan datasets before training", description=(
         "Scan Parquet, CSV, Arrow/Feather and JSON Lines files for NaN, Inf, fp16-overflowing "
         "values, nulls, schema violations and corrupt files."))
@@ -57,8 +24,8 @@ def _add_scan(sub: Any) -> None:
     p.add_argument("--fail-on", choices=["error", "warning", "never"], default="error",
                    help="exit 1 on findings at or above this severity (default: %(default)s)")
     p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
-    p.add_argument("--executor", default="auto",
-                   help="auto | inprocess | processes | distributed (default: %(default)s)")
+    p.add_argument("--executor", default="auto", choices=EXECUTOR_NAMES,
+                   help="where units run (default: %(default)s)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run on a running dask scheduler, e.g. tcp://10.0.0.5:8786 "
                         "(implies --executor distributed)")
@@ -77,27 +44,6 @@ def _add_scan(sub: Any) -> None:
                       help="show a progress bar (default: when stderr is a terminal)")
     prog.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_run_scan)
-
-
-def _add_demo(sub: Any) -> None:
-    p = sub.add_parser("demo", help="write a small dataset with planted faults and a schema")
-    p.add_argument("dest", help="folder to write into")
-    p.set_defaults(func=_run_demo)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from datacheck import __version__
-
-    parser = _Parser(prog="datacheck", description=(
-        "Keep bad data and numerical blow-ups from killing long training runs."))
-    parser.add_argument("--version", action="version", version=f"datacheck {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-    _add_scan(sub)
-    _add_demo(sub)
-    for name in _SUBCOMMAND_MODULES:
-        importlib.import_module(name).add_parser(sub)
-    return parser
 
 
 class _ProgressBar:
@@ -137,7 +83,7 @@ def _progress_bar(enabled: bool | None) -> _ProgressBar | None:
 
 def _run_scan(args: argparse.Namespace) -> int:
     from datacheck._scan import ScanConfig, scan
-    from datacheck._summary import render_text
+    from datacheck.report._text import render_text
 
     config = ScanConfig(fail_on=args.fail_on, workers=args.workers, executor=args.executor,
                         unit_bytes=args.unit_mb << 20, scheduler=args.scheduler,
@@ -155,51 +101,3 @@ def _run_scan(args: argparse.Namespace) -> int:
     else:
         print(render_text(report))
     return report.exit_code()
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    from datacheck._demo import write_demo
-
-    root = write_demo(args.dest)
-    print(f"demo dataset written to {root}/ (schema: {root}/schema.yaml)")
-    print(f"next: datacheck scan {root} --schema {root}/schema.yaml --out ./dc-report")
-    return ExitCode.OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code instead of exiting.
-
-    SIGTERM is handled like Ctrl-C: the scan stops, local workers are shut down, and the
-    journal and parts stay in ``--out`` for ``--resume``; the exit code is 143.
-    """
-    previous = _install_sigterm()
-    try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
-    except DatacheckError as exc:
-        print(f"datacheck: error: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except _Terminated:
-        print("datacheck: terminated (SIGTERM); rerun with --resume to finish", file=sys.stderr)
-        return ExitCode.TERMINATED
-    except KeyboardInterrupt:
-        print("datacheck: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
-    except BrokenPipeError:  # e.g. `datacheck scan ... | head`
-        return ExitCode.OK
-    except SystemExit as exc:  # --help / --version
-        return int(exc.code or 0)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _install_sigterm() -> Any:
-    """Route SIGTERM to :func:`_on_sigterm` (main thread only; else leave it alone)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def console_main() -> NoReturn:
-    sys.exit(main())

@@ -32,7 +32,7 @@ from datacheck.errors import DatacheckError, InputError, UsageError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from datacheck.report import Report
+    from datacheck.report._data import ReportData
 
 __all__ = ["clean_copy", "exclusion_list", "flagged_rows", "resolve_path"]
 
@@ -43,7 +43,7 @@ CHECKS_COLUMN = "_checks"
 # -- which file ------------------------------------------------------------------------------
 
 
-def resolve_path(report: Report, path: str | os.PathLike[str]) -> dict[str, Any]:
+def resolve_path(report: ReportData, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The report's entry for ``path``: the path as the report has it, or a unique suffix.
 
     Raises:
@@ -70,7 +70,7 @@ def resolve_path(report: Report, path: str | os.PathLike[str]) -> dict[str, Any]
     raise InputError(_no_match(report, query))
 
 
-def _no_match(report: Report, query: str) -> str:
+def _no_match(report: ReportData, query: str) -> str:
     names = [os.path.basename(e["path"]) for e in report.data["files"]]
     close = difflib.get_close_matches(os.path.basename(query), names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -81,7 +81,7 @@ def _no_match(report: Report, query: str) -> str:
 # -- the manifest, per file ------------------------------------------------------------------
 
 
-def _row_sites(report: Report, path: str | None = None) -> pa.Table:
+def _row_sites(report: ReportData, path: str | None = None) -> pa.Table:
     """Row-level findings (row not null): path, row, column, check; optionally one file."""
     cols = ["path", "row", "column", "check"]
     if not report.manifest_path.exists():
@@ -114,7 +114,7 @@ def _wanted(flagged: np.ndarray, context: int, n_rows: int | None) -> np.ndarray
 # -- reading rows ----------------------------------------------------------------------------
 
 
-def _reader_options(report: Report) -> dict[str, Any]:
+def _reader_options(report: ReportData) -> dict[str, Any]:
     """The column types the scan read with (from its schema), so values look the same."""
     spec = report.settings.get("schema")
     if not spec:
@@ -202,7 +202,7 @@ def _take_rows_with(entry: dict[str, Any], rows: np.ndarray, options: dict[str, 
     return pa.concat_tables(parts, promote_options="permissive")
 
 
-def flagged_rows(report: Report, path: str | os.PathLike[str], context: int = 0) -> pd.DataFrame:
+def flagged_rows(report: ReportData, path: str | os.PathLike[str], context: int = 0) -> pd.DataFrame:
     """The flagged rows of one scanned file (plus ``context`` neighbours each side).
 
     Returns:
@@ -242,7 +242,7 @@ def flagged_rows(report: Report, path: str | os.PathLike[str], context: int = 0)
 # -- exclusion list --------------------------------------------------------------------------
 
 
-def exclusion_list(report: Report, order: Sequence[str] | None = None) -> pd.DataFrame:
+def exclusion_list(report: ReportData, order: Sequence[str] | None = None) -> pd.DataFrame:
     """The (path, row) pairs a loader should skip, with their dataset index.
 
     Args:
@@ -290,7 +290,7 @@ def exclusion_list(report: Report, order: Sequence[str] | None = None) -> pd.Dat
 # -- clean copy ------------------------------------------------------------------------------
 
 
-def _common_root(report: Report) -> str:
+def _common_root(report: ReportData) -> str:
     """The folder the copy mirrors: the scanned folder, else the files' common parent."""
     paths = [os.path.abspath(e["path"]) for e in report.data["files"]]
     dirs = [os.path.dirname(p) for p in paths]
@@ -460,7 +460,7 @@ def _copy_one(entry: dict[str, Any], target: Path, drop: np.ndarray,
 
 
 def clean_copy(
-    report: Report, dest: str | os.PathLike[str], *, overwrite: bool = False
+    report: ReportData, dest: str | os.PathLike[str], *, overwrite: bool = False
 ) -> pd.DataFrame:
     """Write every readable scanned file into ``dest`` without its flagged rows.
 

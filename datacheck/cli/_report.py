@@ -23,8 +23,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from datacheck._summary import render_text
     from datacheck.report import load_report
+    from datacheck.report._text import render_text
 
     report = load_report(args.dir)
     print(render_text(report))

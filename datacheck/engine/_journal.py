@@ -1,7 +1,7 @@
 """The resume journal: finished work units, recorded in the output folder as they finish.
 
 ``OUT/journal.jsonl`` holds a header line (the scan's fingerprint: inputs, schema, unit size)
-and then one JSON line per finished unit: its :class:`~datacheck._unit.UnitResult` without the
+and then one JSON line per finished unit: its :class:`~datacheck.engine._unit.UnitResult` without the
 findings, which live in ``OUT/parts/<hash>.parquet`` (written, atomically, before the line).
 Each line is flushed as the unit finishes (fsync'ed at most once a second, and when the scan
 stops), so after a Ctrl-C or a pre-empted job the journal lists every unit whose findings are
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from datacheck import findings as fnd
-from datacheck._unit import UnitResult
+from datacheck.engine._unit import UnitResult
 from datacheck.errors import UsageError
 from datacheck.formats import WorkUnit
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from datacheck import findings as fnd
-from datacheck._profile import ColumnProfile, merge_profiles, write_profile
 from datacheck.checks._registry import DRIFT, UNNORMALIZED, CheckSpec, Severity
 from datacheck.checks._rules import Normalized, Reference
+from datacheck.profile._stats import ColumnProfile, merge_profiles, write_profile
 
 __all__ = [
     "DRIFT",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 from pathlib import Path
 
-from datacheck import _remote
 from datacheck.errors import InputError
-from datacheck.formats import Format, Opened, WorkUnit, detect, register
+from datacheck.formats import Format, Opened, WorkUnit, _storage, detect, register
 
 __all__ = ["discover", "plan_units"]
 
@@ -36,8 +36,8 @@ def _known_formats() -> str:
 
 
 def _head(path: str) -> bytes:
-    if _remote.is_url(path):
-        return _remote.read_head(path)
+    if _storage.is_url(path):  # the extension may tell: planning 1,000 shards, no 1,000 GETs
+        return b"" if detect(path, b"") is not None else _storage.read_head(path)
     try:
         with open(path, "rb") as fh:
             return fh.read(16)
@@ -45,18 +45,41 @@ def _head(path: str) -> bytes:
         return b""
 
 
+def _skip_dir(name: str) -> bool:
+    """Hidden and underscore folders are not the dataset (hive ``key=value`` folders are)."""
+    return name.startswith((".", "_")) and "=" not in name
+
+
+def _skip_file(name: str) -> bool:
+    return name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc")
+
+
+def _is_data(path: str) -> bool:
+    return not _skip_file(os.path.basename(path)) and detect(path, _head(path)) is not None
+
+
 def _walk(root: Path) -> tuple[list[str], list[str]]:
-    """Data files under a directory, and the files skipped as not data."""
+    """Data files under a local directory, and the files skipped as not data."""
     files, ignored = [], []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")) or "=" in d)
+        dirnames[:] = sorted(d for d in dirnames if not _skip_dir(d))
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            if name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc") or detect(full, _head(full)) is None:
-                ignored.append(full)
-            else:
-                files.append(full)
+            (files if _is_data(full) else ignored).append(full)
     return files, ignored
+
+
+def _walk_url(url: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The same rule over an object store: ``(url, root)`` pairs of data, and skipped objects."""
+    found, ignored = [], []
+    for obj, root, named in _storage.list_objects(url):
+        if not named and any(_skip_dir(d) for d in posixpath.relpath(obj, root).split("/")[:-1]):
+            continue
+        if named or _is_data(obj):  # an object named explicitly is always scanned
+            found.append((obj, root))
+        else:
+            ignored.append(obj)
+    return found, ignored
 
 
 def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -74,8 +97,8 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     seen: dict[str, str] = {}
     ignored: list[str] = []
     for item in inputs:
-        if _remote.is_url(item):  # s3://, gs://, memory://, ...: listed through fsspec
-            found_urls, skipped_urls = _remote.expand(item)
+        if _storage.is_url(item):  # s3://, gs://, memory://, ...: listed through fsspec
+            found_urls, skipped_urls = _walk_url(item)
             ignored.extend(skipped_urls)
             for url, root in found_urls:
                 seen.setdefault(url, root)
@@ -107,8 +130,8 @@ def _partition_keys(path: str, root: str) -> tuple[str, ...]:
 
 def _stat(path: str) -> tuple[int, float, str]:
     """Size, mtime and ETag ("" for local files): the identity of a file for resume."""
-    if _remote.is_url(path):
-        return _remote.stat(path)
+    if _storage.is_url(path):
+        return _storage.stat(path)
     try:
         st = os.stat(path)
     except OSError:  # a dangling symlink, or gone since listing: its unit reports it corrupt

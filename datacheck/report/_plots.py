@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from datacheck.report import Report
+    from datacheck.report._data import ReportData
 
 __all__ = ["ReportPlots", "read_guard_log"]
 
@@ -79,7 +79,7 @@ def _short_names(paths: Sequence[str]) -> list[str]:
 # -- findings per shard ----------------------------------------------------------------------
 
 
-def _findings_matrix(report: Report, top: int) -> tuple[list[str], list[str], np.ndarray, int]:
+def _findings_matrix(report: ReportData, top: int) -> tuple[list[str], list[str], np.ndarray, int]:
     """(paths, checks, counts[path, check], flagged files): the ``top`` worst files."""
     flagged = [f for f in report.data["files"] if f["sites"]]
     totals = {
@@ -115,7 +115,7 @@ def _heatmap(
     fig.colorbar(image, ax=ax, label=f"findings (count{scale})", shrink=0.8)
 
 
-def _by_shard(report: Report, top: int) -> Figure:
+def _by_shard(report: ReportData, top: int) -> Figure:
     paths, checks, matrix, n_flagged = _findings_matrix(report, top)
     total = len(report.data["files"])
     fig = _new_figure(10, 1.6 + 0.35 * max(len(paths), 3))
@@ -146,7 +146,7 @@ def _by_shard(report: Report, top: int) -> Figure:
 # -- one column's distribution ---------------------------------------------------------------
 
 
-def _column_entries(report: Report, name: str) -> list[dict[str, Any]]:
+def _column_entries(report: ReportData, name: str) -> list[dict[str, Any]]:
     files = [f for f in report.data["files"] if f["status"] != "corrupt"]
     having = [f for f in files if name in (f.get("columns") or {})]
     if having:
@@ -160,7 +160,7 @@ def _column_entries(report: Report, name: str) -> list[dict[str, Any]]:
                      f"columns: {', '.join(known[:20]) or 'none'}")  # fmt: skip
 
 
-def _column_arrays(report: Report, entry: dict[str, Any], name: str) -> Iterator[pa.Array]:
+def _column_arrays(report: ReportData, entry: dict[str, Any], name: str) -> Iterator[pa.Array]:
     """The column's values in one file, chunk by chunk (Parquet: that column only)."""
     if entry["format"] == "parquet":
         import pyarrow.parquet as pq
@@ -168,7 +168,7 @@ def _column_arrays(report: Report, entry: dict[str, Any], name: str) -> Iterator
         for batch in pq.ParquetFile(entry["path"]).iter_batches(columns=[name]):
             yield batch.column(0)
         return
-    from datacheck._explore import _reader_options, _stream_chunks
+    from datacheck.report._explore import _reader_options, _stream_chunks
 
     for _, table in _stream_chunks(entry, _reader_options(report)):
         if name in table.column_names:
@@ -218,7 +218,7 @@ class _Values:
 
 
 def _thresholds(
-    report: Report, name: str, arrow_type: pa.DataType | None
+    report: ReportData, name: str, arrow_type: pa.DataType | None
 ) -> list[tuple[float, str]]:
     """(x, label) of every bound the scan applied to this column (schema or defaults)."""
     from datacheck.checks._rules import default_rules
@@ -247,7 +247,7 @@ def _thresholds(
     return out
 
 
-def _flagged_values(report: Report, name: str) -> np.ndarray:
+def _flagged_values(report: ReportData, name: str) -> np.ndarray:
     """The finite bad values the manifest recorded for this column (extreme, out of range)."""
     import pyarrow.parquet as pq
 
@@ -298,7 +298,7 @@ def _histogram(
     return True
 
 
-def _column(report: Report, name: str, bins: int, max_values: int) -> Figure:
+def _column(report: ReportData, name: str, bins: int, max_values: int) -> Figure:
     entries = _column_entries(report, name)
     values = _Values(max_values)
     for e in entries:
@@ -471,7 +471,7 @@ def _timeline(path: str | os.PathLike[str]) -> Figure:
 class ReportPlots:
     """``report.plot``: plots of one scan report (each method returns a matplotlib Figure)."""
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self, report: ReportData) -> None:
         self._report = report
 
     def by_shard(self, top: int = 30) -> Figure:

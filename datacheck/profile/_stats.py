@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from datacheck._columns import FlatColumn
+    from datacheck.checks._columns import FlatColumn
 
 __all__ = [
     "MANTISSA_BITS",

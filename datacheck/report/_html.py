@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datacheck._summary import format_size
+from datacheck.report._text import format_size
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from datacheck.report import Report
+    from datacheck.report._data import ReportData
 
 __all__ = ["render_html", "summary_html", "write_html"]
 
@@ -53,7 +53,7 @@ def _num(value: int | float, field: str) -> str:
     return f'<td class="num" data-field="{field}" data-value="{value}">{text}</td>'
 
 
-def _verdict(report: Report) -> str:
+def _verdict(report: ReportData) -> str:
     code = report.exit_code()
     fail_on = report.settings.get("fail_on", "error")
     if code == 0:
@@ -62,7 +62,7 @@ def _verdict(report: Report) -> str:
             f'<span class="muted">findings at or above {_esc(fail_on)}</span>')  # fmt: skip
 
 
-def _summary_table(report: Report) -> str:
+def _summary_table(report: ReportData) -> str:
     s = report.summary
     cells = [("files", s["files"]), ("rows", s["rows"]), ("bytes", s["bytes"])]
     cells += [(k, s["status"][k]) for k in ("ok", "flagged", "corrupt")]
@@ -71,7 +71,7 @@ def _summary_table(report: Report) -> str:
     return f'<table id="summary"><tr>{head}</tr><tr>{body}</tr></table>'
 
 
-def _checks_table(report: Report) -> str:
+def _checks_table(report: ReportData) -> str:
     s = report.summary
     if not s["sites"]:
         return '<p id="checks" class="muted">No findings.</p>'
@@ -84,12 +84,12 @@ def _checks_table(report: Report) -> str:
     return f'<table id="checks">{head}{"".join(rows)}</table>'
 
 
-def _ordered_files(report: Report) -> list[dict[str, Any]]:
+def _ordered_files(report: ReportData) -> list[dict[str, Any]]:
     rank = {"corrupt": 0, "flagged": 1, "ok": 2}
     return sorted(report.data["files"], key=lambda f: (rank.get(f["status"], 3), f["path"]))
 
 
-def _files_table(report: Report, limit: int) -> str:
+def _files_table(report: ReportData, limit: int) -> str:
     files = _ordered_files(report)
     checks = sorted({c for f in files for c in f["counts"]})
     head = "".join(
@@ -111,7 +111,7 @@ def _files_table(report: Report, limit: int) -> str:
     return f'<table id="files"><tr>{head}</tr>{"".join(rows)}</table>{note}'
 
 
-def summary_html(report: Report) -> str:
+def summary_html(report: ReportData) -> str:
     """The Jupyter view (``Report._repr_html_``): verdict, counts, checks, worst files."""
     return (f'<div class="dc"><style>{_CSS}</style>'
             f"<p><b>datacheck report</b> <code>{_esc(report.dir)}</code> {_verdict(report)}</p>"
@@ -125,7 +125,7 @@ def _png(fig: Figure) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _worst_columns(report: Report, limit: int) -> list[str]:
+def _worst_columns(report: ReportData, limit: int) -> list[str]:
     """Numeric columns with the most findings (from the manifest)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -139,12 +139,14 @@ def _worst_columns(report: Report, limit: int) -> list[str]:
     return [r["column"] for r in counts[:limit]]
 
 
-def _plots_section(report: Report) -> str:
+def _plots_section(report: ReportData) -> str:
     from datacheck.errors import DatacheckError
+    from datacheck.report._plots import ReportPlots
 
-    figures = [("findings per shard and check", report.plot.by_shard)]
+    plot = ReportPlots(report)
+    figures = [("findings per shard and check", plot.by_shard)]
     for col in _worst_columns(report, MAX_COLUMN_PLOTS):
-        figures.append((f"distribution of {col}", lambda c=col: report.plot.column(c)))
+        figures.append((f"distribution of {col}", lambda c=col: plot.column(c)))
     parts = []
     for title, make in figures:
         try:
@@ -157,7 +159,7 @@ def _plots_section(report: Report) -> str:
     return "".join(parts)
 
 
-def render_html(report: Report, *, plots: bool = True) -> str:
+def render_html(report: ReportData, *, plots: bool = True) -> str:
     """The whole ``report.html`` page as a string (no external assets)."""
     s = report.summary
     tool = report.data.get("tool", "datacheck")
@@ -178,7 +180,7 @@ def render_html(report: Report, *, plots: bool = True) -> str:
 """
 
 
-def write_html(report: Report, dest: str | os.PathLike[str] | None = None) -> Path:
+def write_html(report: ReportData, dest: str | os.PathLike[str] | None = None) -> Path:
     """Write ``report.html`` (default: into the report folder); returns its path."""
     path = Path(dest) if dest is not None else report.dir / "report.html"
     if path.is_dir():

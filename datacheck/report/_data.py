@@ -1,4 +1,4 @@
-"""The scan report: ``report.json`` + ``quarantine.parquet``, and the :class:`Report` object.
+"""The scan report as data: ``report.json`` + ``quarantine.parquet`` (no views here).
 
 ``report.json`` (format version 1) holds the command's settings, summary counts and ``files``:
 one entry per input file, every file exactly once, with ``path``, ``format``, ``status``
@@ -21,7 +21,7 @@ from datacheck.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["FORMAT_VERSION", "Report", "exit_code_for", "load_report"]
+__all__ = ["FAIL_ON", "FORMAT_VERSION", "MANIFEST", "REPORT_JSON", "ReportData", "exit_code_for", "write_report_json"]
 
 FORMAT_VERSION = 1
 REPORT_JSON = "report.json"
@@ -60,7 +60,7 @@ def summarise(files: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_report_json(out: Path, settings: dict[str, Any], files: list[dict[str, Any]],
                       ignored: Iterable[str], seconds: float) -> dict[str, Any]:
-    from datacheck import __version__
+    from datacheck._version import __version__
 
     summary = summarise(files)
     summary["seconds"] = round(seconds, 3)
@@ -79,8 +79,8 @@ def write_report_json(out: Path, settings: dict[str, Any], files: list[dict[str,
     return doc
 
 
-class Report:
-    """A scan's results, read from its output folder.
+class ReportData:
+    """A scan's results as data, read from its output folder (the views build on this).
 
     Attributes:
         dir: the output folder.
@@ -145,52 +145,9 @@ class Report:
         mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
         return table.to_pandas(types_mapper=mapping.get)
 
-    # -- exploration (datacheck._explore, datacheck._plots, datacheck._html) -----------------
-
-    def flagged_rows(self, path: str | os.PathLike[str], context: int = 0) -> pd.DataFrame:
-        """The flagged rows of one file (plus ``context`` neighbours), indexed by row number.
-
-        ``path`` is the path as the report has it, or a unique suffix such as the file name.
-        Only the Parquet row groups holding those rows are read.  See
-        :func:`datacheck._explore.flagged_rows`.
-        """
-        from datacheck._explore import flagged_rows
-
-        return flagged_rows(self, path, context)
-
-    def exclusion_list(self, order: Any = None) -> pd.DataFrame:
-        """The (path, row, dataset index) triples a loader should skip."""
-        from datacheck._explore import exclusion_list
-
-        return exclusion_list(self, order)
-
-    def clean_copy(self, dest: str | os.PathLike[str], *, overwrite: bool = False) -> pd.DataFrame:
-        """Write the scanned files into ``dest`` without their flagged rows (same format)."""
-        from datacheck._explore import clean_copy
-
-        return clean_copy(self, dest, overwrite=overwrite)
-
-    @property
-    def plot(self) -> Any:
-        """Plots (matplotlib Figures): ``by_shard()``, ``column(name)``, ``timeline(log)``."""
-        from datacheck._plots import ReportPlots
-
-        return ReportPlots(self)
-
-    def write_html(self, dest: str | os.PathLike[str] | None = None) -> Path:
-        """Write a self-contained ``report.html`` (default: into the report folder)."""
-        from datacheck._html import write_html
-
-        return write_html(self, dest)
-
-    def _repr_html_(self) -> str:
-        from datacheck._html import summary_html
-
-        return summary_html(self)
-
     def __repr__(self) -> str:
         s = self.summary
-        return (f"<Report {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
+        return (f"<{type(self).__name__} {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
                 f"{s['status']['flagged']} flagged, {s['corrupt_files']} corrupt>")
 
 
@@ -206,12 +163,3 @@ def _read_json(directory: Path) -> dict[str, Any]:
         raise InputError(f"report {str(path)!r}: format version {data.get('format_version')!r}, "
                          f"this datacheck reads {FORMAT_VERSION}; rerun the scan")
     return data
-
-
-def load_report(directory: str | os.PathLike[str]) -> Report:
-    """Load a scan's report folder (``report.json`` + ``quarantine.parquet``).
-
-    Raises:
-        InputError: the folder holds no readable report.
-    """
-    return Report(directory)

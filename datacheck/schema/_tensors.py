@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from datacheck.checks._registry import BF16_MAX, FP16_MAX, Severity
+from datacheck.checks._registry import BF16_MAX, FP16_MAX, FP16_OVERFLOW, Severity
 from datacheck.checks._rules import Bound, ColumnRules, Range, default_rules
 from datacheck.errors import SchemaError
 from datacheck.findings import Finding
@@ -57,7 +57,6 @@ _DTYPES = (
     "float64",
 )
 # |x| above this overflows to Inf when cast to float16 (round-to-nearest-even), as in schema.py.
-_FP16_OVERFLOW = float(np.nextafter(65520.0, 0.0))
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ class TensorSpec:
             bounds.append(Bound(FP16_MAX))  # the default fp16 warning
         if self.fits is not None:
             bounds.append(
-                Bound(_FP16_OVERFLOW if self.fits == "fp16_safe" else BF16_MAX, self.fits, err)
+                Bound(FP16_OVERFLOW if self.fits == "fp16_safe" else BF16_MAX, self.fits, err)
             )
         ranges = (Range("out_of_range", err, *self.range),) if self.range else ()
         return ColumnRules(

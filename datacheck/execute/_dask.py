@@ -4,12 +4,12 @@ Connects to a running scheduler (``scheduler=`` address, or a ``client=`` the ca
 or starts a :class:`~distributed.LocalCluster` of single-threaded worker processes that is
 torn down when the scan ends, is interrupted, or fails.  Only :class:`~datacheck.formats.WorkUnit`
 objects (paths, never data) travel to the workers; workers read the files themselves and send
-back small :class:`~datacheck._unit.UnitResult` objects.
+back small result objects.
 
 Faults: a task whose worker dies is redone elsewhere by the scheduler; a unit on which workers
 died more than ``allowed-failures`` times (a poison file that crashes the reader process) comes
-back as :class:`~distributed.KilledWorker` and is recorded as a ``corrupt`` finding for that
-file, and the scan carries on.  Exceptions raised inside a task are retried ``retries`` times
+back as :class:`~distributed.KilledWorker` and is handed to the caller's ``on_poison``, and
+the scan carries on.  Exceptions raised inside a task are retried ``retries`` times
 (they are datacheck bugs or infrastructure errors, since reader errors are already findings).
 
 This module imports dask; it is imported only when the ``distributed`` executor is used.
@@ -29,30 +29,13 @@ from typing import Any
 import dask
 from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
 
-from datacheck import findings as fnd
-from datacheck._unit import UnitResult
-from datacheck.checks._registry import Severity
 from datacheck.errors import UsageError
-from datacheck.formats import WorkUnit
+from datacheck.execute._base import OnPoison
 
-__all__ = ["killed_result", "run_distributed"]
+__all__ = ["run_distributed"]
 
 ALLOWED_FAILURES = 3
 """Worker deaths a unit may cause before it is declared poison (our local clusters only)."""
-
-
-def killed_result(unit: WorkUnit, exc: BaseException) -> UnitResult:
-    """The result of a unit that killed every worker that read it: one ``corrupt`` finding."""
-    deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
-    msg = f"KilledWorker: the reader crashed {deaths} worker processes on this file (poison file)"
-    res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
-    res.bytes = unit.size // max(unit.n_parts, 1)
-    res.corrupt = msg
-    res.counts = {"corrupt": 1}
-    res.sites = {"corrupt": {Severity.ERROR.value: 1}}
-    res.table = fnd.findings_table([fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=msg)])
-    res.findings_rows = 1
-    return res
 
 
 def dask_setup(worker: object) -> None:
@@ -122,8 +105,8 @@ def _stderr(line: str) -> None:
 
 
 def run_distributed(
-    fn: Callable[[WorkUnit], Any],
-    units: Sequence[WorkUnit],
+    fn: Callable[[Any], Any],
+    units: Sequence[Any],
     workers: int,
     *,
     client: Client | None = None,
@@ -131,6 +114,7 @@ def run_distributed(
     retries: int = 1,
     allowed_failures: int = ALLOWED_FAILURES,
     echo: Callable[[str], None] = _stderr,
+    on_poison: OnPoison,
 ) -> Iterator[Any]:
     """Run ``fn`` over ``units`` on a dask cluster, yielding results as tasks finish.
 
@@ -144,24 +128,26 @@ def run_distributed(
         allowed_failures: worker deaths before a unit is poison, for the local cluster only;
             a running scheduler uses its own ``distributed.scheduler.allowed-failures``.
         echo: where the dashboard link goes (stderr by default).
+        on_poison: builds the result of a unit that killed every worker that read it.
 
     Raises:
         Exception: whatever a task raised after its retries (a bug, not bad data).
     """
     if client is not None and scheduler is not None:
         raise ValueError("pass either client= or scheduler=, not both")
-    return _results(fn, list(units), workers, client, scheduler, retries, allowed_failures, echo)
+    return _results(fn, list(units), workers, client, scheduler, retries, allowed_failures, echo, on_poison)
 
 
 def _results(
-    fn: Callable[[WorkUnit], Any],
-    units: list[WorkUnit],
+    fn: Callable[[Any], Any],
+    units: list[Any],
     workers: int,
     client: Client | None,
     scheduler: str | None,
     retries: int,
     allowed_failures: int,
     echo: Callable[[str], None],
+    on_poison: OnPoison,
 ) -> Iterator[Any]:
     if not units:
         return
@@ -173,14 +159,16 @@ def _results(
         unit_of = {f.key: u for f, u in zip(futures, units, strict=True)}
         try:
             for fut in as_completed(futures, loop=c.loop):
-                yield _outcome(fut, unit_of[fut.key])
+                yield _outcome(fut, unit_of[fut.key], on_poison)
                 fut.release()
         finally:
             c.cancel([f for f in futures if not f.done()])
 
 
-def _outcome(fut: Future, unit: WorkUnit) -> Any:
+def _outcome(fut: Future, unit: Any, on_poison: OnPoison) -> Any:
     try:
         return fut.result()
     except KilledWorker as exc:
-        return killed_result(unit, exc)
+        deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
+        msg = f"KilledWorker: the reader crashed {deaths} worker processes on this file (poison file)"
+        return on_poison(unit, msg)

@@ -1,6 +1,7 @@
 """Remote storage through fsspec: ``s3://``, ``gs://``, ``memory://``, ... .
 
-Discovery lists and globs object stores here, and readers open remote paths through
+Discovery lists and globs object stores here (which objects are data is its own rule), and
+readers open remote paths through
 :func:`source` (random access, for Parquet / Arrow footers) or :func:`stream` (sequential,
 with decompression by extension, for CSV / JSON Lines).  Local paths never come through
 fsspec: :func:`source` hands them back unchanged so pyarrow keeps its native, memory-mapped
@@ -19,7 +20,7 @@ from datacheck.errors import InputError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["expand", "is_url", "read_head", "source", "stat", "stream"]
+__all__ = ["is_url", "list_objects", "read_head", "source", "stat", "stream"]
 
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "modified", "created")
 _ETAG_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id")
@@ -47,41 +48,11 @@ def _name(fs: Any, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def _skip_dir(name: str) -> bool:
-    return name.startswith((".", "_")) and "=" not in name
+def list_objects(url: str) -> list[tuple[str, str, bool]]:
+    """Every object under one URL (an object, a prefix or a glob) as ``(url, root, named)``.
 
-
-def _skip_file(name: str) -> bool:
-    from datacheck._discover import _SKIP_NAMES
-
-    return name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc")
-
-
-def _is_data(fs: Any, path: str) -> bool:
-    from datacheck.formats import detect
-
-    if detect(path, b"") is not None:  # by extension: no request
-        return True
-    return detect(path, _fs_head(fs, path)) is not None
-
-
-def _walk(fs: Any, root: str) -> tuple[list[str], list[str]]:
-    """Data objects under a prefix, and the objects skipped as not data."""
-    files, ignored = [], []
-    for path in sorted(fs.find(root, withdirs=False)):
-        rel = posixpath.relpath(path, root)
-        parts = rel.split("/")
-        if any(_skip_dir(d) for d in parts[:-1]):
-            continue
-        if _skip_file(parts[-1]) or not _is_data(fs, path):
-            ignored.append(_name(fs, path))
-        else:
-            files.append(_name(fs, path))
-    return files, ignored
-
-
-def expand(url: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """Expand one URL (an object, a prefix or a glob) into ``(url, root)`` pairs + ignored.
+    ``named`` is True for an object the URL or glob names itself, False for one found under a
+    prefix.  Nothing is filtered here: which objects are data is discovery's rule.
 
     Raises:
         InputError: the URL matches nothing, or the storage cannot be reached.
@@ -90,23 +61,21 @@ def expand(url: str) -> tuple[list[tuple[str, str]], list[str]]:
     fs.invalidate_cache()  # a resumed scan must see the objects as they are now
     try:
         matches = sorted(fs.glob(path)) if any(c in path for c in "*?[") else [path]
-        found: list[tuple[str, str]] = []
-        ignored: list[str] = []
+        found: list[tuple[str, str, bool]] = []
         for match in matches:
             if fs.isdir(match):
-                files, skipped = _walk(fs, match)
-                found += [(f, _name(fs, match)) for f in files]
-                ignored += skipped
+                root = _name(fs, match)
+                found += [(_name(fs, p), root, False) for p in sorted(fs.find(match, withdirs=False))]
             elif fs.isfile(match):
-                found.append((_name(fs, match), _name(fs, posixpath.dirname(match))))
+                found.append((_name(fs, match), _name(fs, posixpath.dirname(match)), True))
     except Exception as exc:  # noqa: BLE001 - the storage boundary: botocore, gcsfs, HTTP errors
         raise InputError(
             f"input {url!r}: cannot list ({type(exc).__name__}: {exc}); check the URL and your "
             "credentials (environment, ~/.aws, AWS_ENDPOINT_URL, gcloud)"
         ) from exc
-    if not found and not ignored:
+    if not found:
         raise InputError(f"input {url!r}: no such object or prefix; check the URL")
-    return found, ignored
+    return found
 
 
 def _timestamp(value: Any) -> float:
@@ -145,15 +114,7 @@ def _fs_head(fs: Any, path: str, n: int = 16) -> bytes:
 
 
 def read_head(url: str, n: int = 16) -> bytes:
-    """The first ``n`` bytes of an object, for sniffing its format by magic bytes.
-
-    ``b""`` when its extension already tells the format (no request: planning 1,000 shards must
-    not cost 1,000 GETs) or when it is unreadable (the unit's own read reports that).
-    """
-    from datacheck.formats import detect
-
-    if detect(url, b"") is not None:
-        return b""
+    """The first ``n`` bytes of an object (``b""`` when unreadable: its unit reports that)."""
     fs, path = _fs(url)
     return _fs_head(fs, path, n)
 

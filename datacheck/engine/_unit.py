@@ -18,14 +18,14 @@ import numpy as np
 import pyarrow as pa
 
 from datacheck import findings as fnd
-from datacheck._columns import FlatColumn, flatten, is_numeric, leaf_type, leaves
-from datacheck._profile import ColumnProfile, Profiler
+from datacheck.checks._columns import FlatColumn, flatten, is_numeric, leaf_type, leaves
 from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
 from datacheck.checks._tensor import sample_hits
 from datacheck.formats import Chunk, WorkUnit, get_format
 from datacheck.formats._tabular import INTEGER_COLUMNS
+from datacheck.profile._stats import ColumnProfile, Profiler
 from datacheck.schema import CompiledSchema
 
 
@@ -52,6 +52,21 @@ class UnitResult:
     seconds: float = 0.0
     profile: dict[str, dict[str, Any]] | None = None
     """Per-column statistics (``ColumnProfile.state()``: plain, small), when the scan profiles."""
+
+
+def poison_result(unit: WorkUnit, message: str) -> UnitResult:
+    """The result of a unit no process could read (it crashed them): one ``corrupt`` finding.
+
+    The scan hands this to the executor as its ``on_poison`` callback.
+    """
+    res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
+    res.bytes = unit.size // max(unit.n_parts, 1)
+    res.corrupt = message
+    res.counts = {"corrupt": 1}
+    res.sites = {"corrupt": {Severity.ERROR.value: 1}}
+    res.table = fnd.findings_table([fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=message)])
+    res.findings_rows = 1
+    return res
 
 
 class _Collector:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datacheck.report import MANIFEST, Report
+from datacheck.report._data import MANIFEST, ReportData
 
 
 def format_size(n: float) -> str:
@@ -13,7 +13,7 @@ def format_size(n: float) -> str:
     return str(n)  # pragma: no cover
 
 
-def render_text(report: Report) -> str:
+def render_text(report: ReportData) -> str:
     s = report.summary
     st = s["status"]
     lines = [

@@ -1,0 +1,92 @@
+"""The ``datacheck`` command line: argument parsing and exit codes only.
+
+``main(argv) -> int`` is testable in-process.  Exit codes (:class:`ExitCode`): 0 clean,
+1 findings at or above ``--fail-on``, 2 usage or input error, 3 internal error.  A
+:class:`~datacheck.errors.DatacheckError` becomes one line on stderr, never a traceback.  Each
+subcommand is one module here exposing ``add_parser(subparsers)``; the library work it calls
+lives in the command modules (:mod:`datacheck._scan`, :mod:`datacheck._logs`, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from datacheck.cli._base import ExitCode, Parser
+from datacheck.errors import DatacheckError
+
+_SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "datacheck.cli._scan",
+    "datacheck.cli._demo",
+    "datacheck.cli._infer",
+    "datacheck.cli._logs",
+    "datacheck.cli._report",
+)
+"""One module per subcommand, each exposing ``add_parser(subparsers)``."""
+
+__all__ = ["ExitCode", "build_parser", "console_main", "main"]
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a pre-empted job, ``scancel``, a pod being evicted), unwound like Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from datacheck._version import __version__
+
+    parser = Parser(prog="datacheck", description=(
+        "Keep bad data and numerical blow-ups from killing long training runs."))
+    parser.add_argument("--version", action="version", version=f"datacheck {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name in _SUBCOMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code instead of exiting.
+
+    SIGTERM is handled like Ctrl-C: the scan stops, local workers are shut down, and the
+    journal and parts stay in ``--out`` for ``--resume``; the exit code is 143.
+    """
+    previous = _install_sigterm()
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except DatacheckError as exc:
+        print(f"datacheck: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except _Terminated:
+        print("datacheck: terminated (SIGTERM); rerun with --resume to finish", file=sys.stderr)
+        return ExitCode.TERMINATED
+    except KeyboardInterrupt:
+        print("datacheck: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # e.g. `datacheck scan ... | head`
+        return ExitCode.OK
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm() -> Any:
+    """Route SIGTERM to :func:`_on_sigterm` (main thread only; else leave it alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def console_main() -> NoReturn:
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Unit results -> one entry per file (every file exactly once) and the quarantine manifest."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from datacheck import findings as fnd
+from datacheck.checks._registry import Severity
+from datacheck.engine._unit import UnitResult
+
+__all__ = ["apply_extra", "file_entries", "shard_dtype_findings", "write_manifest"]
+
+
+def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
+    """Merge unit results into one entry per file (every file exactly once)."""
+    by_path: dict[str, list[UnitResult]] = defaultdict(list)
+    for r in results:
+        by_path[r.path].append(r)
+    entries = []
+    for path in sorted(by_path):
+        parts = sorted(by_path[path], key=lambda r: r.part)
+        counts: Counter[str] = Counter()
+        sites: dict[str, Counter[str]] = defaultdict(Counter)
+        for r in parts:
+            counts.update(r.counts)
+            for check, by_sev in r.sites.items():
+                sites[check].update(by_sev)
+        errors = [r.corrupt for r in parts if r.corrupt]
+        if len(errors) > 1:  # one corrupt finding per file, however many units failed
+            counts["corrupt"] = 1
+            sites["corrupt"] = Counter({"error": 1})
+        status = "corrupt" if errors else ("flagged" if counts else "ok")
+        entries.append({
+            "path": path, "format": parts[0].format, "status": status,
+            "rows": sum(r.rows for r in parts), "bytes": sum(r.bytes for r in parts),
+            "counts": dict(sorted(counts.items())),
+            "sites": {k: dict(v) for k, v in sorted(sites.items())},
+            "columns": parts[0].columns, "error": errors[0] if errors else None,
+        })
+    return entries
+
+
+_TEXT_FORMATS = {"csv", "jsonl"}
+
+
+def _dtype_kind(dtype: str, fmt: str) -> str | None:
+    """What shards must agree on: the type, up to differences that are not drift.
+
+    ``null`` (a column with no value in this shard) agrees with anything; string/binary/list
+    offsets widths (``large_*``, ``*_view``) are the same data; and in text formats, where
+    types are inferred, integers and floats are both ``number``.
+    """
+    if dtype == "null":
+        return None
+    for prefix in ("large_", ""):
+        for base in ("string", "binary", "list"):
+            if dtype.startswith(prefix + base):
+                return base + dtype[len(prefix + base):]
+    if dtype in ("string_view", "utf8_view"):
+        return "string"
+    if fmt in _TEXT_FORMATS and dtype.startswith(("int", "uint", "float", "double", "halffloat")):
+        return "number"
+    return dtype
+
+
+def _group_key(entry: dict[str, Any], roots: dict[str, str]) -> tuple[str, str]:
+    return roots.get(entry["path"], ""), entry["format"]
+
+
+def shard_dtype_findings(entries: list[dict[str, Any]], roots: dict[str, str]) -> list[fnd.Finding]:
+    """A column whose dtype differs from the other shards of the same dataset.
+
+    Shards are grouped by input root and format; the majority dtype of each column is the
+    reference.  Corrupt files are left out (their columns are unknown).
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for e in entries:
+        if e["status"] != "corrupt" and e["columns"]:
+            groups[_group_key(e, roots)].append(e)
+    out: list[fnd.Finding] = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        dtypes: dict[str, Counter[str]] = defaultdict(Counter)
+        for e in members:
+            for col, dt in e["columns"].items():
+                if (kind := _dtype_kind(dt, e["format"])) is not None:
+                    dtypes[col][kind] += 1
+        for col, seen in dtypes.items():
+            if len(seen) < 2:
+                continue
+            ref, n_ref = seen.most_common(1)[0]
+            for e in members:
+                dt = e["columns"].get(col)
+                if dt is not None and _dtype_kind(dt, e["format"]) not in (None, ref):
+                    msg = f"dtype {dt}, other shards have {ref} ({n_ref} of {len(members)})"
+                    out.append(fnd.Finding(e["path"], "schema", Severity.ERROR, msg, column=col))
+    return out
+
+
+def apply_extra(entries: list[dict[str, Any]], extra: list[fnd.Finding]) -> None:
+    by_path = {e["path"]: e for e in entries}
+    for f in extra:
+        e = by_path[f.path]
+        e["counts"][f.check] = e["counts"].get(f.check, 0) + f.count
+        e["sites"].setdefault(f.check, {}).setdefault(f.severity.value, 0)
+        e["sites"][f.check][f.severity.value] += 1
+        if e["status"] == "ok":
+            e["status"] = "flagged"
+
+
+def write_manifest(
+    out: Path, manifest_name: str, results: list[UnitResult], extra: list[fnd.Finding]
+) -> int:
+    """Stream every unit's findings into ``quarantine.parquet`` in (path, part) order."""
+    writer = fnd.ManifestWriter(out / manifest_name)
+    seen_corrupt: set[str] = set()
+    try:
+        for r in sorted(results, key=lambda r: (r.path, r.part)):
+            table = r.table
+            if r.part_file is not None:
+                table = fnd.read_part(r.part_file)
+            if table is None:
+                continue
+            if r.corrupt and r.path in seen_corrupt:
+                table = _drop_corrupt(table)
+            seen_corrupt.update([r.path] if r.corrupt else [])
+            writer.append(table)
+        if extra:
+            writer.append(fnd.findings_table(extra))
+    finally:
+        writer.close()
+    return writer.rows
+
+
+def _drop_corrupt(table: pa.Table) -> pa.Table:
+    import pyarrow.compute as pc
+
+    return table.filter(pc.not_equal(table["check"].cast(pa.string()), "corrupt"))

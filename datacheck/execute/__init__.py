@@ -1,0 +1,63 @@
+"""Executors: run a function over work units, chosen by name; they know nothing of the units.
+
+``inprocess`` runs units one after another in this process; ``processes`` on a local pool of
+worker processes; ``distributed`` on a dask.distributed cluster (dask is imported only then).
+All take the same unit function, yield results as units finish, and turn a unit that cannot
+be run into ``on_poison(unit, message)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from datacheck.errors import UsageError
+from datacheck.execute._base import OnPoison, Unit, UnitFn
+from datacheck.execute._local import default_workers, run_inprocess, run_processes
+
+__all__ = ["EXECUTOR_NAMES", "OnPoison", "UnitFn", "check_executor", "default_workers", "run_units"]
+
+EXECUTOR_NAMES: tuple[str, ...] = ("auto", "inprocess", "processes", "distributed")
+"""Every executor name the API and the CLI accept (``auto`` picks one of the others)."""
+
+AUTO_MIN_BYTES = 64 << 20
+"""``auto`` starts worker processes only for more work than this (and several units)."""
+
+
+def check_executor(name: str) -> str:
+    """``name`` if it is an executor, else a UsageError listing the valid ones."""
+    if name not in EXECUTOR_NAMES:
+        raise UsageError(f"unknown executor {name!r}; valid: {', '.join(EXECUTOR_NAMES)}")
+    return name
+
+
+def _auto(units: Sequence[Unit], workers: int) -> str:
+    total = sum(u.size // max(u.n_parts, 1) for u in units)
+    several = workers > 1 and len(units) > 1
+    return "processes" if several and total > AUTO_MIN_BYTES else "inprocess"
+
+
+def run_units(
+    fn: UnitFn,
+    units: Sequence[Any],
+    executor: str = "auto",
+    workers: int | None = None,
+    *,
+    on_poison: OnPoison,
+    **kwargs: Any,
+) -> Iterator[Any]:
+    """Run ``fn`` over ``units`` on the named executor, yielding results as they finish.
+
+    ``auto`` picks ``processes`` when there are several workers and enough work to pay for
+    starting them (more than one unit and over 64 MiB), else ``inprocess``.
+    """
+    workers = workers or default_workers()
+    executor = check_executor(executor)
+    if executor == "auto":
+        executor = _auto(units, workers)
+    if executor == "distributed":
+        from datacheck.execute._dask import run_distributed  # imports dask only now
+
+        return run_distributed(fn, units, workers, on_poison=on_poison, **kwargs)
+    runner = run_processes if executor == "processes" else run_inprocess
+    return runner(fn, units, workers, on_poison, **kwargs)
