@@ -126,10 +126,15 @@ def check_cost(args: argparse.Namespace) -> dict:
 def train_step_ms(x: torch.Tensor) -> float:
     """Median seconds of one forward/backward/step of a small conv net on the batch."""
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(), torch.nn.Linear(64, 10),
-    ).to(x.device)  # fmt: skip
+        torch.nn.Conv2d(3, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 10),
+    ).to(x.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     y = torch.randint(0, 10, (x.shape[0],), device=x.device)
     times = []

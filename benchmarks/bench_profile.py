@@ -101,29 +101,43 @@ def main() -> None:
         t = time.perf_counter()
         infer(data, out=schema)
         print(f"infer: {time.perf_counter() - t:.2f} s")
-    cmd = [sys.executable, "-c", _CHILD, str(data), str(schema), str(args.workers),
-           str(args.repeat), str(args.root / "out")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        _CHILD,
+        str(data),
+        str(schema),
+        str(args.workers),
+        str(args.repeat),
+        str(args.root / "out"),
+    ]
     doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     times = doc["times"]
     best = {k: min(v) for k, v in times.items()}
     median = {k: statistics.median(v) for k, v in times.items()}
-    print(f"data: {args.shards} shards, {size / 1e6:.0f} MB, workers {args.workers}, "
-          f"{args.repeat} alternating rounds after a warm-up")  # fmt: skip
+    print(
+        f"data: {args.shards} shards, {size / 1e6:.0f} MB, workers {args.workers}, "
+        f"{args.repeat} alternating rounds after a warm-up"
+    )
     print(
         f"{'variant':8s} {'best s':>7s} {'median s':>9s} {'MB/s':>6s} {'x best':>7s} {'x median':>9s}"
     )
     for name in times:
-        print(f"{name:8s} {best[name]:7.3f} {median[name]:9.3f} {size / best[name] / 1e6:6.0f} "
-              f"{best[name] / best['default']:7.2f} {median[name] / median['default']:9.2f}"
-              f"  ({doc['notes'][name]})")  # fmt: skip
+        print(
+            f"{name:8s} {best[name]:7.3f} {median[name]:9.3f} {size / best[name] / 1e6:6.0f} "
+            f"{best[name] / best['default']:7.2f} {median[name] / median['default']:9.2f}"
+            f"  ({doc['notes'][name]})"
+        )
     print(f"load_schema (pandera import + YAML, once per command): {doc['load_schema']:.3f} s")
     result = {
-        "bytes": size, "workers": args.workers, "load_schema_s": doc["load_schema"],
+        "bytes": size,
+        "workers": args.workers,
+        "load_schema_s": doc["load_schema"],
         "seconds": times,
         "ratio_schema": best["schema"] / best["default"],
         "ratio_schema_median": median["schema"] / median["default"],
         "ratio_sketch": best["sketch"] / best["default"],
-    }  # fmt: skip
+    }
     print(json.dumps({k: v for k, v in result.items() if k != "seconds"}))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

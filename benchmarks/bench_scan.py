@@ -103,7 +103,9 @@ def v_pandera(paths: list[str]) -> None:
 
     register_pandera_checks()
     checks = [pa_.Check.finite(), pa_.Check.fp16_safe()]  # type: ignore[attr-defined]
-    cols = {f"f{i:02d}": pa_.Column("float32", checks=checks, nullable=False) for i in range(FEATURES)}
+    cols = {
+        f"f{i:02d}": pa_.Column("float32", checks=checks, nullable=False) for i in range(FEATURES)
+    }
     cols["id"] = pa_.Column("int64")
     schema = pa_.DataFrameSchema(cols)  # the embedding column: pandera has no element-wise check
     for p in paths:
@@ -137,7 +139,9 @@ def measure(variant: str, paths: list[str], repeat: int) -> dict[str, float]:
     for _ in range(repeat):
         out = subprocess.run(
             [sys.executable, __file__, "--child", variant, *paths],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         res = json.loads(out.stdout.strip().splitlines()[-1])
         if best is None or res["seconds"] < best["seconds"]:
@@ -147,7 +151,9 @@ def measure(variant: str, paths: list[str], repeat: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data", default=str(Path(__file__).parent / "data" / "scan"))
     ap.add_argument("--rows", type=int, default=960_000, help="rows per shard")
     ap.add_argument("--shards", type=int, default=8)
@@ -162,8 +168,10 @@ def main() -> None:
     paths = sorted(str(p) for p in (root / "clean").glob("*.parquet"))
     size = sum(os.path.getsize(p) for p in paths)
     rg_bytes = _shard(min(ROW_GROUP, args.rows), 0).nbytes
-    print(f"dataset: {len(paths)} shards, {size / 1e9:.2f} GB on disk, "
-          f"{args.rows:,} rows each; one row group = {rg_bytes / 1e6:.0f} MB in memory")
+    print(
+        f"dataset: {len(paths)} shards, {size / 1e9:.2f} GB on disk, "
+        f"{args.rows:,} rows each; one row group = {rg_bytes / 1e6:.0f} MB in memory"
+    )
     results: dict[str, dict[str, float]] = {}
     for _ in range(args.repeat):  # interleaved rounds: load changes hit every variant alike
         for v in VARIANTS:
@@ -182,8 +190,10 @@ def main() -> None:
         clean = c if clean is None or c["seconds"] < clean["seconds"] else clean
         nan = n if nan is None or n["seconds"] < nan["seconds"] else nan
     assert clean is not None and nan is not None
-    print(f"\n10% NaN shard: {nan['seconds']:.2f} s vs clean twin {clean['seconds']:.2f} s "
-          f"-> {nan['seconds'] / clean['seconds']:.2f}× (RSS {nan['rss'] / 1e6:.0f} MB)")
+    print(
+        f"\n10% NaN shard: {nan['seconds']:.2f} s vs clean twin {clean['seconds']:.2f} s "
+        f"-> {nan['seconds'] / clean['seconds']:.2f}× (RSS {nan['rss'] / 1e6:.0f} MB)"
+    )
 
 
 if __name__ == "__main__":

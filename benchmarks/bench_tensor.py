@@ -194,12 +194,17 @@ def _warm(runs: list[dict[str, float]]) -> dict[str, float]:
 def _summarise(runs: dict, data_mb: float, shards: int, planted: int) -> dict:
     floor, scan, units = _warm(runs["floor"]), _warm(runs["scan"]), _warm(runs["units"])
     return {
-        "data_mb": round(data_mb, 1), "shards": shards, "planted_nan": planted,
-        "cores": os.cpu_count(), "runs": runs,
-        "floor": floor, "scan": scan, "units": units,
+        "data_mb": round(data_mb, 1),
+        "shards": shards,
+        "planted_nan": planted,
+        "cores": os.cpu_count(),
+        "runs": runs,
+        "floor": floor,
+        "scan": scan,
+        "units": units,
         "ratio": scan["seconds"] / floor["seconds"],
         "units_ratio": units["seconds"] / floor["seconds"],
-    }  # fmt: skip
+    }
 
 
 def _table(r: dict) -> str:

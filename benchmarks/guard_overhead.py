@@ -100,16 +100,35 @@ def main() -> None:
             out = _step(*runs[variant], x, y, a.device)
             if i >= 20:
                 rec[variant].append(out)
-    med = {v: {"step_ms": 1e3 * statistics.median(r[0] for r in rs),
-               "update_ms": 1e3 * statistics.median(r[1] for r in rs)} for v, rs in rec.items()}  # fmt: skip
+    med = {
+        v: {
+            "step_ms": 1e3 * statistics.median(r[0] for r in rs),
+            "update_ms": 1e3 * statistics.median(r[1] for r in rs),
+        }
+        for v, rs in rec.items()
+    }
     paired = [g[0] - p[0] for g, p in zip(rec["guard"], rec["plain"], strict=True)]
-    print(json.dumps({
-        "device": a.device, "width": a.width, "depth": a.depth, "batch": a.batch,
-        "steps": a.steps, "threads": torch.get_num_threads(), "sync_every": a.sync_every, **med,
-        "overhead_pct": 100 * statistics.median(paired) / med["plain"]["step_ms"] * 1e3,
-        "host_syncs_per_step": ({v: sum(r[2] for r in rs) / len(rs) for v, rs in rec.items()}
-                                if a.device == "cuda" else "not counted on CPU"),
-    }, indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "device": a.device,
+                "width": a.width,
+                "depth": a.depth,
+                "batch": a.batch,
+                "steps": a.steps,
+                "threads": torch.get_num_threads(),
+                "sync_every": a.sync_every,
+                **med,
+                "overhead_pct": 100 * statistics.median(paired) / med["plain"]["step_ms"] * 1e3,
+                "host_syncs_per_step": (
+                    {v: sum(r[2] for r in rs) / len(rs) for v, rs in rec.items()}
+                    if a.device == "cuda"
+                    else "not counted on CPU"
+                ),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

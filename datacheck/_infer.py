@@ -35,9 +35,12 @@ from datacheck.errors import UsageError
 __all__ = ["InferConfig", "InferResult", "infer"]
 
 _ARROW_TO_PANDERA = {
-    "double": "float64", "float": "float32", "halffloat": "float16", "bool": "bool",
+    "double": "float64",
+    "float": "float32",
+    "halffloat": "float16",
+    "bool": "bool",
     **{f"{s}int{b}": f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64)},
-}  # fmt: skip
+}
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
@@ -189,8 +192,11 @@ def _shard_drift(s: dict[str, Any], shards: dict[str, dict[str, Any]]) -> list[s
     mean, std = _reference_moments(s)
     out = []
     for path, p in sorted(shards.items()):
-        prof = SimpleNamespace(**{k: p.get(k) for k in ("rows", "values", "finite", "min", "max")},
-                               mean=p.get("mean"), std=p.get("std"))  # fmt: skip
+        prof = SimpleNamespace(
+            **{k: p.get(k) for k in ("rows", "values", "finite", "min", "max")},
+            mean=p.get("mean"),
+            std=p.get("std"),
+        )
         msg = drift_problem(prof, mean, std, Reference.max_mean_shift, Reference.max_std_ratio)  # type: ignore[arg-type]
         if msg is not None:
             out.append(f"{path}: {msg}")
@@ -208,9 +214,12 @@ def _zscore_max(s: dict[str, Any], zscore_max: float) -> tuple[float, str]:
 
 
 def _reference_lines(
-    name: str, s: dict[str, Any], shards: dict[str, dict[str, Any]], zscore_max: float,
+    name: str,
+    s: dict[str, Any],
+    shards: dict[str, dict[str, Any]],
+    zscore_max: float,
     notes: list[str],
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The ``reference_stats`` check, never one that the profiled data itself would fail.
 
     Shards that already differ beyond the ``drift`` thresholds (an id- or time-like column)
@@ -227,8 +236,10 @@ def _reference_lines(
     )
     lines = []
     if drift:
-        notes.append(f"column {name!r}: shard drift tests off: its profiled shards already "
-                     f"differ beyond the thresholds ({drift[0]}{'; ...' if len(drift) > 1 else ''})")  # fmt: skip
+        notes.append(
+            f"column {name!r}: shard drift tests off: its profiled shards already "
+            f"differ beyond the thresholds ({drift[0]}{'; ...' if len(drift) > 1 else ''})"
+        )
         lines += [
             "# drift (mean shift / std ratio) off: the profiled shards themselves differ beyond",
             f"# max_mean_shift {_num(Reference.max_mean_shift)} / max_std_ratio "
@@ -281,8 +292,10 @@ def _column_lines(
     numeric = s.get("min") is not None
     lines = _stats_comment(arrow, s)
     if dtype is None:
-        lines.append(f"# no pandera dtype for {arrow}: not enforced"
-                     + ("; checks apply to every element" if "list" in arrow else ""))  # fmt: skip
+        lines.append(
+            f"# no pandera dtype for {arrow}: not enforced"
+            + ("; checks apply to every element" if "list" in arrow else "")
+        )
     lines += [f"dtype: {dtype or 'null'}", f"nullable: {'true' if s['nulls'] else 'false'}"]
     if missing:
         lines.append(
@@ -341,8 +354,13 @@ def _header(paths: list[str], files: int, rows: int) -> list[str]:
     ]
 
 
-def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
-          config: InferConfig | None = None, **overrides: Any) -> InferResult:  # fmt: skip
+def infer(
+    paths: str | Sequence[str],
+    *,
+    out: str | Path | None = None,
+    config: InferConfig | None = None,
+    **overrides: Any,
+) -> InferResult:
     """Profile ``paths`` in one streaming pass and build a commented pandera YAML schema.
 
     Args:
@@ -359,18 +377,30 @@ def infer(paths: str | Sequence[str], *, out: str | Path | None = None,
     config = config or InferConfig(**overrides)
     inputs = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
     with tempfile.TemporaryDirectory(prefix="datacheck-infer-") as tmp:
-        report = scan(inputs, out=tmp, profile=True, fail_on="never",
-                      workers=config.workers, executor=config.executor)  # fmt: skip
+        report = scan(
+            inputs,
+            out=tmp,
+            profile=True,
+            fail_on="never",
+            workers=config.workers,
+            executor=config.executor,
+        )
         doc = read_profile(tmp)
         stats, by_file = doc["columns"], doc["files"]
         files = report.data["files"]
     readable = [f for f in files if f["status"] != "corrupt" and _tabular(f["format"])]
     dtypes = _column_dtypes(readable)
     normalized = _normalized_columns(config, dtypes, stats)
-    notes = [f"{f['path']}: unreadable ({f['error']}); left out" for f in files
-             if f["status"] == "corrupt"]  # fmt: skip
-    notes += [f"{f['path']}: {f['format']} tensors are not inferred (write a tensors: section); "
-              "left out" for f in files if f["status"] != "corrupt" and not _tabular(f["format"])]  # fmt: skip
+    notes = [
+        f"{f['path']}: unreadable ({f['error']}); left out"
+        for f in files
+        if f["status"] == "corrupt"
+    ]
+    notes += [
+        f"{f['path']}: {f['format']} tensors are not inferred (write a tensors: section); left out"
+        for f in files
+        if f["status"] != "corrupt" and not _tabular(f["format"])
+    ]
     rows = sum(f["rows"] for f in readable)
     lines = _header(inputs, len(readable), rows)
     for name, arrow in dtypes.items():

@@ -284,8 +284,13 @@ def read_history(path: str | Path) -> History:
     return _build(path, fmt, rows, keys, events)
 
 
-def _build(path: Path, fmt: str, rows: list[dict[str, Any]], keys: dict[str, str | None],
-           events: list[dict[str, Any]]) -> History:  # fmt: skip
+def _build(
+    path: Path,
+    fmt: str,
+    rows: list[dict[str, Any]],
+    keys: dict[str, str | None],
+    events: list[dict[str, Any]],
+) -> History:
     hist = History(str(path), fmt, keys=keys, events=events)
     merged: dict[float, dict[str, Any]] = {}
     for n, row in enumerate(rows):
@@ -327,8 +332,16 @@ class _Level:
         return False, level
 
 
-def analyze(hist: History, *, spike_factor: float = 10.0, grad_spike_factor: float | None = None,
-            window: int = 50, warmup: int = 10, persist: int = 3, lookback: int = 200) -> Timeline:  # fmt: skip
+def analyze(
+    hist: History,
+    *,
+    spike_factor: float = 10.0,
+    grad_spike_factor: float | None = None,
+    window: int = 50,
+    warmup: int = 10,
+    persist: int = 3,
+    lookback: int = 200,
+) -> Timeline:
     """Find the warning, danger and NaN steps, the grad-norm precursor and where to restart."""
     gfactor = grad_spike_factor or spike_factor
     loss_lv, grad_lv = _Level(window, warmup), _Level(window, warmup)
@@ -357,18 +370,29 @@ def analyze(hist: History, *, spike_factor: float = 10.0, grad_spike_factor: flo
     return _conclude(hist, found, grad_spikes, lookback)
 
 
-def _conclude(hist: History, found: dict[str, Any], grad_spikes: list[tuple[float, float]],
-              lookback: int) -> Timeline:  # fmt: skip
+def _conclude(
+    hist: History, found: dict[str, Any], grad_spikes: list[tuple[float, float]], lookback: int
+) -> Timeline:
     trouble = found.get("warning_step", found.get("nan_step"))
     if trouble is not None:
         onset = _precursor(grad_spikes, trouble, lookback)
         if onset is not None:
-            found.update(precursor_step=onset[0], precursor_grad_norm=onset[1],
-                         precursor_lead=trouble - onset[0])  # fmt: skip
+            found.update(
+                precursor_step=onset[0],
+                precursor_grad_norm=onset[1],
+                precursor_lead=trouble - onset[0],
+            )
         first_sign = min(trouble, found.get("precursor_step", trouble))
         _restart(hist, found, first_sign)
-    status = ("nan" if "nan_step" in found else "diverging" if "danger_step" in found
-              else "spike" if "warning_step" in found else "healthy")  # fmt: skip
+    status = (
+        "nan"
+        if "nan_step" in found
+        else "diverging"
+        if "danger_step" in found
+        else "spike"
+        if "warning_step" in found
+        else "healthy"
+    )
     counts: dict[str, int] = {}
     for ev in hist.events:
         counts[str(ev.get("kind"))] = counts.get(str(ev.get("kind")), 0) + 1
@@ -400,8 +424,11 @@ def _restart(hist: History, found: dict[str, Any], first_sign: float) -> None:
     # A guard checkpoint "at step N" holds the state before step N ran: its LR is step N-1's.
     restart = max(good) if good else hist.steps[before[-1]]
     found["restart_step"] = restart
-    lrs = [lr for s, lr in zip(hist.steps, hist.lr, strict=True)
-           if lr is not None and (s < restart or (s == restart and not good))]  # fmt: skip
+    lrs = [
+        lr
+        for s, lr in zip(hist.steps, hist.lr, strict=True)
+        if lr is not None and (s < restart or (s == restart and not good))
+    ]
     if lrs:
         found.update(restart_lr=lrs[-1], suggested_lr=lrs[-1] / 2)
 
@@ -420,11 +447,15 @@ def render_text(hist: History, tl: Timeline) -> str:
     if tl.level is not None:
         lines.append(f"  stable     loss level {tl.level:.4g} (running median)")
     if tl.precursor_step is not None:
-        lines.append(f"  precursor  step {_s(tl.precursor_step)}: grad norm {tl.precursor_grad_norm:.4g}, "
-                     f"{_s(tl.precursor_lead)} steps before the loss")  # fmt: skip
+        lines.append(
+            f"  precursor  step {_s(tl.precursor_step)}: grad norm {tl.precursor_grad_norm:.4g}, "
+            f"{_s(tl.precursor_lead)} steps before the loss"
+        )
     if tl.warning_step is not None:
-        lines.append(f"  warning    step {_s(tl.warning_step)}: loss {tl.warning_loss:.4g} "
-                     f"({tl.warning_loss / tl.level:.1f}x the level)")  # fmt: skip
+        lines.append(
+            f"  warning    step {_s(tl.warning_step)}: loss {tl.warning_loss:.4g} "
+            f"({tl.warning_loss / tl.level:.1f}x the level)"
+        )
     if tl.danger_step is not None:
         lines.append(f"  danger     step {_s(tl.danger_step)}: the jump persists")
     if tl.nan_step is not None:

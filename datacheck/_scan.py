@@ -64,13 +64,22 @@ class ScanConfig:
             return
         if self.scheduler is not None and self.client is not None:
             raise UsageError("pass either scheduler= or client=, not both")
-        if self.scheduler is not None and (not isinstance(self.scheduler, str) or not self.scheduler.strip()):
-            raise UsageError(f"scheduler must be an address like tcp://host:8786, got {self.scheduler!r}")
+        if self.scheduler is not None and (
+            not isinstance(self.scheduler, str) or not self.scheduler.strip()
+        ):
+            raise UsageError(
+                f"scheduler must be an address like tcp://host:8786, got {self.scheduler!r}"
+            )
         if self.executor not in ("auto", "distributed"):
-            raise UsageError(f"a dask scheduler or client runs on executor 'distributed', not {self.executor!r}")
+            raise UsageError(
+                f"a dask scheduler or client runs on executor 'distributed', not {self.executor!r}"
+            )
         if self.workers is not None:
-            warnings.warn(f"workers={self.workers} is ignored: the dask cluster's own workers run "
-                          "the scan", UserWarning, stacklevel=4)
+            warnings.warn(
+                f"workers={self.workers} is ignored: the dask cluster's own workers run the scan",
+                UserWarning,
+                stacklevel=4,
+            )
         object.__setattr__(self, "executor", "distributed")
 
     def run_options(self) -> dict[str, Any]:
@@ -148,8 +157,11 @@ def scan(
         out = keepalive.name
     out_dir = _output_dir(out)
     parts = out_dir / "parts"
-    fingerprint = {"inputs": inputs, "schema": compiled.source if compiled else None,
-                   "unit_bytes": config.unit_bytes}
+    fingerprint = {
+        "inputs": inputs,
+        "schema": compiled.source if compiled else None,
+        "unit_bytes": config.unit_bytes,
+    }
     journal = Journal(out_dir, parts, fingerprint, resume=config.resume)
     results, todo = journal.split(units)
     worker_schema = schema if isinstance(schema, (str, Path)) and schema else compiled
@@ -158,8 +170,13 @@ def scan(
     if compiled is not None and not any(c.rules.pandas_checks for c in compiled.columns.values()):
         worker_schema = compiled  # plain rules: workers need not import pandera (~1 s each)
     profiling = config.profile or needs_profile(compiled)
-    fn = partial(_run_unit, schema=worker_schema, parts_dir=str(parts), profile=profiling,
-                 sketch=config.profile)  # fmt: skip
+    fn = partial(
+        _run_unit,
+        schema=worker_schema,
+        parts_dir=str(parts),
+        profile=profiling,
+        sketch=config.profile,
+    )
     start = time.perf_counter()
     workers = config.workers or default_workers()
     if progress is not None and hasattr(progress, "start"):
@@ -186,7 +203,8 @@ def scan(
     journal.finish()
     hidden = ("executor_options", "client", "resume")
     settings = {
-        "inputs": inputs, "schema": compiled.source if compiled else None,
+        "inputs": inputs,
+        "schema": compiled.source if compiled else None,
         **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
         "workers": workers,
     }

@@ -61,8 +61,11 @@ _COMPACT_SCHEMA = pa.schema(
 
 # Arrays are built from NumPy buffers directly: ``pa.array`` imports pandas (~0.3 s) on its
 # first call, a cost a Parquet scan should not pay.
-_NP_TYPES = {np.dtype(np.int32): pa.int32(), np.dtype(np.int64): pa.int64(),
-             np.dtype(np.float64): pa.float64()}  # fmt: skip
+_NP_TYPES = {
+    np.dtype(np.int32): pa.int32(),
+    np.dtype(np.int64): pa.int64(),
+    np.dtype(np.float64): pa.float64(),
+}
 
 
 def _numeric(values: np.ndarray) -> pa.Array:
@@ -143,7 +146,9 @@ def findings_table(findings: Sequence[Finding]) -> pa.Table:
 
 
 def empty_table() -> pa.Table:
-    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in _COMPACT_SCHEMA], schema=_COMPACT_SCHEMA)
+    return pa.Table.from_arrays(
+        [pa.nulls(0, f.type) for f in _COMPACT_SCHEMA], schema=_COMPACT_SCHEMA
+    )
 
 
 def concat(tables: Iterable[pa.Table]) -> pa.Table:

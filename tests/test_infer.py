@@ -64,8 +64,9 @@ def test_done_means_infer_then_scan_reports_exactly_the_scaled_shard_and_raw_col
     inferred = _run("infer", *clean, "--out", schema)
     assert inferred.returncode == 0, inferred.stderr
     assert "'raw' is marked normalized but is not standardised" in inferred.stderr
-    result = _run("scan", tmp_path / "data", "--schema", schema, "--out", tmp_path / "rep",
-                  "--no-progress")  # fmt: skip
+    result = _run(
+        "scan", tmp_path / "data", "--schema", schema, "--out", tmp_path / "rep", "--no-progress"
+    )
     assert result.returncode == 1, result.stderr
     report = datacheck.load_report(tmp_path / "rep")
     f = report.findings
@@ -111,20 +112,31 @@ def test_schema_round_trips_through_datacheck_and_pandera(tmp_path: Path) -> Non
 
 
 def test_ranges_margin_nullable_and_finite(tmp_path: Path) -> None:
-    t = pa.table({
-        "pos": pa.array([0.5, 1.0, 2.0, 10.5]), "n": pa.array([1.0, None, 3.0, 4.0]),
-        "i": pa.array([3, 5, 7, 9], pa.int32()), "big": pa.array([1e-7, 2e-7, 3e-7, 4e-7]),
-        "ni": pa.array([1, None, 3, 4], pa.int64()),
-    })  # fmt: skip
+    t = pa.table(
+        {
+            "pos": pa.array([0.5, 1.0, 2.0, 10.5]),
+            "n": pa.array([1.0, None, 3.0, 4.0]),
+            "i": pa.array([3, 5, 7, 9], pa.int32()),
+            "big": pa.array([1e-7, 2e-7, 3e-7, 4e-7]),
+            "ni": pa.array([1, None, 3, 4], pa.int64()),
+        }
+    )
     pq.write_table(t, tmp_path / "a.parquet")
-    result = infer(tmp_path / "a.parquet", out=tmp_path / "s.yaml", margin=0.1,
-                   normalized="none", executor="inprocess")  # fmt: skip
+    result = infer(
+        tmp_path / "a.parquet",
+        out=tmp_path / "s.yaml",
+        margin=0.1,
+        normalized="none",
+        executor="inprocess",
+    )
     doc = yaml.safe_load(result.text)["columns"]
     assert (doc["ni"]["dtype"], doc["i"]["dtype"]) == ("Int64", "int32")  # pandas' nullable int
     rescan = datacheck.scan(tmp_path / "a.parquet", tmp_path / "s.yaml", out=tmp_path / "o")
     assert rescan.summary["sites"] == {}  # the data it was inferred from passes
-    ranges = {c: next(k for k in doc[c]["checks"] if k["options"]["check_name"] == "in_range")
-              for c in doc}  # fmt: skip
+    ranges = {
+        c: next(k for k in doc[c]["checks"] if k["options"]["check_name"] == "in_range")
+        for c in doc
+    }
     assert ranges["pos"]["min_value"] == 0.0 and ranges["pos"]["max_value"] == pytest.approx(11.5)
     assert (ranges["i"]["min_value"], ranges["i"]["max_value"]) == (2, 10)
     assert isinstance(ranges["big"]["max_value"], float)  # 4.3e-07 read back as a float
@@ -210,6 +222,7 @@ def test_zscore_max_is_raised_to_cover_the_profiled_values(tmp_path: Path) -> No
     ref = yaml.safe_load(result.text)["columns"]["x"]["checks"][-1]
     assert ref["options"]["check_name"] == "reference_stats"
     assert ref["zscore_max"] > 12.0 and "raised from 6.0" in result.text
-    report = datacheck.scan(str(tmp_path / "a.parquet"), executor="inprocess",
-                            schema=datacheck.load_schema(out))  # fmt: skip
+    report = datacheck.scan(
+        str(tmp_path / "a.parquet"), executor="inprocess", schema=datacheck.load_schema(out)
+    )
     assert report.findings.empty

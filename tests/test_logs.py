@@ -48,7 +48,10 @@ def _write(path: Path, shape: str, rows: list[dict[str, float]]) -> Path:
             for r in rows
         ]
     elif shape == "keyvalue":
-        lines = [f"INFO it={r['step']}, train/loss={_num(r['loss'])}, gnorm={_num(r['grad_norm'])}, learning_rate={r['lr']:g}" for r in rows]  # fmt: skip
+        lines = [
+            f"INFO it={r['step']}, train/loss={_num(r['loss'])}, gnorm={_num(r['grad_norm'])}, learning_rate={r['lr']:g}"
+            for r in rows
+        ]
     elif shape == "megatron":
         lines = [
             f" iteration {r['step']:8d}/  500000 | consumed samples: {r['step'] * 512:10d} | "
@@ -61,8 +64,18 @@ def _write(path: Path, shape: str, rows: list[dict[str, float]]) -> Path:
             3, "validation loss at iteration 3 | lm loss value: 9.99E+01 | lm loss PPL: 1.0E+43 |"
         )
     elif shape == "jsonl":
-        lines = [json.dumps({"trainer": {"global_step": r["step"]}, "train": {"loss": r["loss"]},
-                             "grad_norm": r["grad_norm"], "lr": r["lr"], "val_loss": 0.1}) for r in rows]  # fmt: skip
+        lines = [
+            json.dumps(
+                {
+                    "trainer": {"global_step": r["step"]},
+                    "train": {"loss": r["loss"]},
+                    "grad_norm": r["grad_norm"],
+                    "lr": r["lr"],
+                    "val_loss": 0.1,
+                }
+            )
+            for r in rows
+        ]
     elif shape == "csv":
         lines = ["epoch,iteration,val_loss,train_loss,grad-norm,lr"]
         lines += [
@@ -75,15 +88,31 @@ def _write(path: Path, shape: str, rows: list[dict[str, float]]) -> Path:
             for r in rows
         ]
     elif shape == "hf":  # Hugging Face Trainer stdout: printed dicts (bare nan), no step key
-        lines = [str({"loss": r["loss"], "grad_norm": r["grad_norm"], "learning_rate": r["lr"],
-                      "epoch": round(r["step"] / STEPS, 2)}) for r in rows]  # fmt: skip
+        lines = [
+            str(
+                {
+                    "loss": r["loss"],
+                    "grad_norm": r["grad_norm"],
+                    "learning_rate": r["lr"],
+                    "epoch": round(r["step"] / STEPS, 2),
+                }
+            )
+            for r in rows
+        ]
         lines.append("{'train_runtime': 12.5, 'train_loss': 2.3, 'epoch': 1.0}")
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-SHAPES = {"plain": "train.log", "keyvalue": "train.log", "megatron": "megatron.log", "jsonl": "metrics.jsonl",
-          "csv": "metrics.csv", "tsv": "metrics.tsv", "hf": "trainer.log"}  # fmt: skip
+SHAPES = {
+    "plain": "train.log",
+    "keyvalue": "train.log",
+    "megatron": "megatron.log",
+    "jsonl": "metrics.jsonl",
+    "csv": "metrics.csv",
+    "tsv": "metrics.tsv",
+    "hf": "trainer.log",
+}
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -211,8 +240,13 @@ def test_unreadable_inputs(tmp_path):
         _logs.read_history(tmp_path / "broken.jsonl")
 
 
-def _guard_log(path: Path, steps: int, overflow: tuple[int, ...] = (), nan_at: int | None = None,
-               tail: str = "") -> Path:  # fmt: skip
+def _guard_log(
+    path: Path,
+    steps: int,
+    overflow: tuple[int, ...] = (),
+    nan_at: int | None = None,
+    tail: str = "",
+) -> Path:
     """A log in the training guard's shape: step rows, fp16 overflow rows, a real NaN event."""
     lines = []
     for step in range(steps):
@@ -291,13 +325,19 @@ def test_run_in_process(tmp_path, capsys):
     )
     with pytest.raises(UsageError, match="spike-factor"):
         logs_cli.run(_args(path, "--spike-factor", "1"))
-    assert logs_cli.run(_args(path, "--lookback", "10")) == 1  # the spikes are a run: onset still 400
+    assert (
+        logs_cli.run(_args(path, "--lookback", "10")) == 1
+    )  # the spikes are a run: onset still 400
     assert json.loads(capsys.readouterr().out)["precursor_step"] == PRECURSOR
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "datacheck", "logs", *argv], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "datacheck", "logs", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_exit_codes_and_json(tmp_path):

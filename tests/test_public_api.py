@@ -11,14 +11,33 @@ import datacheck
 def test_public_names_are_pinned() -> None:
     assert datacheck.__all__ == sorted(datacheck.__all__)
     assert set(datacheck.__all__) >= {
-        "CHECKS", "DatacheckError", "InputError", "Report", "ScanConfig", "SchemaError",
-        "Severity", "UsageError", "infer", "load_profile", "load_report", "load_schema", "scan",
+        "CHECKS",
+        "DatacheckError",
+        "InputError",
+        "Report",
+        "ScanConfig",
+        "SchemaError",
+        "Severity",
+        "UsageError",
+        "infer",
+        "load_profile",
+        "load_report",
+        "load_schema",
+        "scan",
     }
 
 
 def test_check_names_are_stable() -> None:
     assert set(datacheck.CHECKS) == {
-        "nan", "inf", "null", "extreme", "out_of_range", "corrupt", "schema", "drift", "unnormalized",
+        "nan",
+        "inf",
+        "null",
+        "extreme",
+        "out_of_range",
+        "corrupt",
+        "schema",
+        "drift",
+        "unnormalized",
     }
 
 

@@ -30,8 +30,11 @@ def test_demo_planted_faults_are_all_found_and_nothing_else(demo_dir: Path, tmp_
     assert report.exit_code() == 1 and not report.ok
     status = {Path(f["path"]).name: f["status"] for f in report.data["files"]}
     assert status == {
-        "shard-000.parquet": "ok", "shard-001.parquet": "flagged", "shard-002.parquet": "flagged",
-        "shard-003.csv": "flagged", "shard-004.parquet": "corrupt",
+        "shard-000.parquet": "ok",
+        "shard-001.parquet": "flagged",
+        "shard-002.parquet": "flagged",
+        "shard-003.csv": "flagged",
+        "shard-004.parquet": "corrupt",
     }
 
 
@@ -39,17 +42,25 @@ def test_demo_without_schema_uses_defaults(demo_dir: Path, tmp_path: Path) -> No
     report = datacheck.scan(demo_dir, out=tmp_path / "o")
     f = report.findings
     # without a schema: the 1.5e6 and 3e5 values are fp16-overflow warnings, the null a warning
-    warn = set(zip(f[f.severity == "warning"].column, f[f.severity == "warning"].check, strict=True))
+    warn = set(
+        zip(f[f.severity == "warning"].column, f[f.severity == "warning"].check, strict=True)
+    )
     assert warn == {("x0", "extreme"), ("embedding", "extreme"), ("x3", "null")}
     assert not report.ok and report.exit_code("never") == 0
 
 
 @pytest.mark.parametrize("executor", ["inprocess", "processes"])
 def test_executors_give_identical_results(demo_dir: Path, tmp_path: Path, executor: str) -> None:
-    base = datacheck.scan(demo_dir, schema=str(demo_dir / "schema.yaml"), out=tmp_path / "a",
-                          executor="inprocess")
-    other = datacheck.scan(demo_dir, schema=str(demo_dir / "schema.yaml"), out=tmp_path / "b",
-                           executor=executor, workers=2)
+    base = datacheck.scan(
+        demo_dir, schema=str(demo_dir / "schema.yaml"), out=tmp_path / "a", executor="inprocess"
+    )
+    other = datacheck.scan(
+        demo_dir,
+        schema=str(demo_dir / "schema.yaml"),
+        out=tmp_path / "b",
+        executor=executor,
+        workers=2,
+    )
     assert other.findings.equals(base.findings)
     strip = lambda d: [{k: v for k, v in f.items()} for f in d["files"]]  # noqa: E731
     assert strip(other.data) == strip(base.data)
@@ -61,9 +72,15 @@ def test_large_file_split_into_row_group_units_keeps_exact_rows(tmp_path: Path) 
     bad = [5, 131_071, 131_072, 399_999]
     x[bad] = np.nan
     p = tmp_path / "big.parquet"
-    pq.write_table(pa.table({"x": x, "y": np.arange(n, dtype=np.float64)}), p, row_group_size=65_536,
-                   compression="none")
-    report = datacheck.scan(p, out=tmp_path / "o", unit_bytes=1 << 20, executor="processes", workers=2)
+    pq.write_table(
+        pa.table({"x": x, "y": np.arange(n, dtype=np.float64)}),
+        p,
+        row_group_size=65_536,
+        compression="none",
+    )
+    report = datacheck.scan(
+        p, out=tmp_path / "o", unit_bytes=1 << 20, executor="processes", workers=2
+    )
     (entry,) = report.data["files"]
     assert entry["rows"] == n
     f = report.findings
@@ -79,7 +96,9 @@ def test_shard_dtype_drift_is_a_schema_finding(tmp_path: Path) -> None:
     pq.write_table(pa.table({"x": pa.array([1.0, 2.0], pa.float64())}), d / "s3.parquet")
     report = datacheck.scan(d, out=tmp_path / "o")
     f = report.findings
-    assert f[["path", "column", "check"]].values.tolist() == [[str(d / "s3.parquet"), "x", "schema"]]
+    assert f[["path", "column", "check"]].values.tolist() == [
+        [str(d / "s3.parquet"), "x", "schema"]
+    ]
     assert "other shards have float" in f.value.iloc[0]
 
 
@@ -106,7 +125,9 @@ def test_inputs_mix_files_dirs_globs_each_file_once(demo_dir: Path, tmp_path: Pa
     assert str(demo_dir / "schema.yaml") not in paths
 
 
-def test_non_data_files_in_directories_are_listed_as_ignored(demo_dir: Path, tmp_path: Path) -> None:
+def test_non_data_files_in_directories_are_listed_as_ignored(
+    demo_dir: Path, tmp_path: Path
+) -> None:
     report = datacheck.scan(demo_dir, out=tmp_path / "o")
     assert report.data["ignored"] == [str(demo_dir / "schema.yaml")]
 

@@ -56,10 +56,18 @@ def leaf_type(t: pa.DataType) -> pa.DataType:
 
 
 _NUMPY_TYPES = {
-    pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64,
-    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
-}  # fmt: skip
+    pa.float16(): np.float16,
+    pa.float32(): np.float32,
+    pa.float64(): np.float64,
+    pa.int8(): np.int8,
+    pa.int16(): np.int16,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.uint8(): np.uint8,
+    pa.uint16(): np.uint16,
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
+}
 
 
 def _has_struct(t: pa.DataType) -> bool:
@@ -105,7 +113,9 @@ def _primitive(arr: pa.Array) -> FlatColumn:
 def _parents(arr: pa.Array) -> np.ndarray:
     """Row of every element of ``arr.flatten()`` (null slots contribute no elements)."""
     lengths = pc.fill_null(pc.list_value_length(arr), 0)
-    counts = np.frombuffer(lengths.buffers()[1], dtype=np.int32 if lengths.type == pa.int32() else np.int64)
+    counts = np.frombuffer(
+        lengths.buffers()[1], dtype=np.int32 if lengths.type == pa.int32() else np.int64
+    )
     counts = counts[lengths.offset : lengths.offset + len(lengths)]
     return np.repeat(np.arange(len(arr), dtype=np.int64), counts)
 

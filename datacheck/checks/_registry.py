@@ -84,8 +84,7 @@ UNNORMALIZED = CheckSpec(
 )
 
 CHECKS: dict[str, CheckSpec] = {
-    c.name: c
-    for c in (NAN, INF, NULL, EXTREME, OUT_OF_RANGE, CORRUPT, SCHEMA, DRIFT, UNNORMALIZED)
+    c.name: c for c in (NAN, INF, NULL, EXTREME, OUT_OF_RANGE, CORRUPT, SCHEMA, DRIFT, UNNORMALIZED)
 }
 """Built-in checks by name.  Schema-declared checks report under their own names too."""
 

@@ -89,12 +89,13 @@ class Reference:
         if not 0 <= std < math.inf:
             raise ValueError(f"std must be finite and >= 0, got {std!r}")
         return cls(
-            mean=_stat(stats, "mean", 0.0, positive=False), std=std,
+            mean=_stat(stats, "mean", 0.0, positive=False),
+            std=std,
             zscore_max=_stat(stats, "zscore_max", ZSCORE_MAX),
             max_mean_shift=_stat(stats, "max_mean_shift", cls.max_mean_shift),
             max_std_ratio=_stat(stats, "max_std_ratio", cls.max_std_ratio),
             severity=severity,
-        )  # fmt: skip
+        )
 
     def zscore_range(self) -> Range | None:
         """The value-level ``extreme`` interval, or None (constant reference, or bound off)."""
@@ -127,7 +128,7 @@ class Normalized:
             max_mean_shift=_stat(stats, "max_mean_shift", cls.max_mean_shift),
             max_std_ratio=_stat(stats, "max_std_ratio", cls.max_std_ratio),
             severity=severity,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -172,4 +173,3 @@ def range_holds(rules: ColumnRules, lo: float, hi: float, is_float: bool) -> boo
         if r.max is not None and (hi > r.max or (hi == r.max and not r.include_max)):
             return False
     return True
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -43,8 +44,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from datacheck._version import __version__
 
-    parser = Parser(prog="datacheck", description=(
-        "Keep bad data and numerical blow-ups from killing long training runs."))
+    parser = Parser(
+        prog="datacheck",
+        description=("Keep bad data and numerical blow-ups from killing long training runs."),
+    )
     parser.add_argument("--version", action="version", version=f"datacheck {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
@@ -61,7 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     previous = _install_sigterm()
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help / --version
+            return int(exc.code or 0)
         return int(args.func(args))
     except DatacheckError as exc:
         print(f"datacheck: error: {exc}", file=sys.stderr)
@@ -74,11 +80,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:  # e.g. `datacheck scan ... | head`
         return ExitCode.OK
-    except SystemExit as exc:  # --help / --version
-        return int(exc.code or 0)
+    except BaseException as exc:  # noqa: BLE001 - a bug in datacheck (or a SystemExit from user code)
+        print(f"datacheck: internal error: {_one_line(exc)}; {_crash_log(exc)}", file=sys.stderr)
+        return ExitCode.INTERNAL
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ").replace("\r", " ")
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _crash_log(exc: BaseException) -> str:
+    """Write the traceback to a log file and say where it is (or why it could not be written)."""
+    import tempfile
+    import time
+    import traceback
+
+    path = os.path.join(
+        tempfile.gettempdir(), f"datacheck-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    )
+    try:
+        with open(path, "w") as fh:
+            fh.write(f"datacheck {_version()} {' '.join(sys.argv)}\n")
+            traceback.print_exception(exc, file=fh)
+    except OSError as err:
+        return f"this is a bug in datacheck (traceback not saved: {err.strerror})"
+    return f"this is a bug in datacheck; the traceback is in {path}"
+
+
+def _version() -> str:
+    from datacheck._version import __version__
+
+    return __version__
 
 
 def _install_sigterm() -> Any:

@@ -13,17 +13,25 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: Any) -> None:
     """Register ``datacheck infer``."""
-    p = sub.add_parser("infer", help="profile trusted data and write a pandera schema", description=(
-        "Profile files in one streaming pass (dtype, nulls, NaN/Inf, min/max, mean/std, "
-        "quantiles) and write a commented pandera YAML schema with datacheck checks."))  # fmt: skip
+    p = sub.add_parser(
+        "infer",
+        help="profile trusted data and write a pandera schema",
+        description=(
+            "Profile files in one streaming pass (dtype, nulls, NaN/Inf, min/max, mean/std, "
+            "quantiles) and write a commented pandera YAML schema with datacheck checks."
+        ),
+    )
     p.add_argument("paths", nargs="+", help="files, directories (recursive) or globs")
     p.add_argument(
         "--out", default="schema.yaml", help="schema file to write (default: %(default)s)"
     )
-    p.add_argument("--normalized", default="auto",
-                   help="columns that should be standardised: auto, none, or a comma-separated "
-                        "list (default: %(default)s: every scalar float column when most look "
-                        "standardised)")  # fmt: skip
+    p.add_argument(
+        "--normalized",
+        default="auto",
+        help="columns that should be standardised: auto, none, or a comma-separated "
+        "list (default: %(default)s: every scalar float column when most look "
+        "standardised)",
+    )
     p.add_argument(
         "--margin",
         type=float,
@@ -47,11 +55,18 @@ def _run_infer(args: argparse.Namespace) -> int:
     normalized: str | list[str] = args.normalized
     if normalized not in ("auto", "none"):
         normalized = [c.strip() for c in args.normalized.split(",") if c.strip()]
-    config = InferConfig(normalized=normalized, margin=args.margin, zscore_max=args.zscore_max,
-                         workers=args.workers, executor=args.executor)  # fmt: skip
+    config = InferConfig(
+        normalized=normalized,
+        margin=args.margin,
+        zscore_max=args.zscore_max,
+        workers=args.workers,
+        executor=args.executor,
+    )
     result = infer(args.paths, out=args.out, config=config)
-    print(f"schema for {len(result.columns)} columns inferred from {result.files} file(s), "
-          f"{result.rows:,} rows: {args.out}")  # fmt: skip
+    print(
+        f"schema for {len(result.columns)} columns inferred from {result.files} file(s), "
+        f"{result.rows:,} rows: {args.out}"
+    )
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"next: datacheck scan DATA --schema {args.out}")

@@ -14,9 +14,14 @@ __all__ = ["add_parser"]
 
 def add_parser(subparsers: Any) -> None:
     """Register ``datacheck logs`` on an argparse subparsers object."""
-    p = subparsers.add_parser("logs", help="find spikes and NaN in a training history", description=(
-        "Read a training log (text, JSON Lines, CSV or TensorBoard events) and print the timeline: "
-        "grad-norm precursor, loss warning, danger, NaN, and the step to restart from."))  # fmt: skip
+    p = subparsers.add_parser(
+        "logs",
+        help="find spikes and NaN in a training history",
+        description=(
+            "Read a training log (text, JSON Lines, CSV or TensorBoard events) and print the timeline: "
+            "grad-norm precursor, loss warning, danger, NaN, and the step to restart from."
+        ),
+    )
     p.add_argument("path", help="train.log | metrics.jsonl | metrics.csv | events.out.tfevents.*")
     p.add_argument(
         "--spike-factor",
@@ -39,9 +44,13 @@ def add_parser(subparsers: Any) -> None:
         default=10,
         help="readings before judging spikes (default: %(default)s)",
     )
-    p.add_argument("--lookback", type=int, default=200,
-                   help="largest gap in steps between grad-norm spikes, and to the loss warning, "
-                        "for them to count as its precursor (default: %(default)s)")  # fmt: skip
+    p.add_argument(
+        "--lookback",
+        type=int,
+        default=200,
+        help="largest gap in steps between grad-norm spikes, and to the loss warning, "
+        "for them to count as its precursor (default: %(default)s)",
+    )
     p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format")
     p.set_defaults(func=run)
 
@@ -57,8 +66,14 @@ def run(args: argparse.Namespace) -> int:
     from datacheck._logs import analyze, read_history, render_text
 
     hist = read_history(args.path)
-    tl = analyze(hist, spike_factor=args.spike_factor, grad_spike_factor=args.grad_spike_factor,
-                 window=args.window, warmup=args.warmup, lookback=args.lookback)  # fmt: skip
+    tl = analyze(
+        hist,
+        spike_factor=args.spike_factor,
+        grad_spike_factor=args.grad_spike_factor,
+        window=args.window,
+        warmup=args.warmup,
+        lookback=args.lookback,
+    )
     if args.output_format == "json":
         print(
             json.dumps(

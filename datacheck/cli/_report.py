@@ -12,13 +12,19 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: Any) -> None:
     """Register the ``report`` subcommand."""
-    p = sub.add_parser("report", help="summarise a scan's output folder, or write report.html",
-                       description="Print the summary of a finished scan (its --out folder); "
-                                   "with --html, also write a self-contained report.html.")  # fmt: skip
+    p = sub.add_parser(
+        "report",
+        help="summarise a scan's output folder, or write report.html",
+        description="Print the summary of a finished scan (its --out folder); "
+        "with --html, also write a self-contained report.html.",
+    )
     p.add_argument("dir", help="the scan's --out folder (holds report.json)")
     p.add_argument("--html", action="store_true", help="write report.html (no network assets)")
-    p.add_argument("--html-out", metavar="PATH",
-                   help="where to write the page (default: DIR/report.html); implies --html")  # fmt: skip
+    p.add_argument(
+        "--html-out",
+        metavar="PATH",
+        help="where to write the page (default: DIR/report.html); implies --html",
+    )
     p.set_defaults(func=_run_report)
 
 
@@ -32,7 +38,9 @@ def _run_report(args: argparse.Namespace) -> int:
         try:
             dest = report.write_html(args.html_out)
         except OSError as exc:
-            raise UsageError(f"--html-out {args.html_out!r}: cannot write it ({exc.strerror}); "
-                             "pass a path in a writable folder") from exc
+            raise UsageError(
+                f"--html-out {args.html_out!r}: cannot write it ({exc.strerror}); "
+                "pass a path in a writable folder"
+            ) from exc
         print(f"html:       {dest}")
     return 0

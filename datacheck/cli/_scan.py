@@ -15,33 +15,69 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: Any) -> None:
     """Register ``datacheck scan``."""
-    p = sub.add_parser("scan", help="scan datasets before training", description=(
-        "Scan Parquet, CSV, Arrow/Feather and JSON Lines files for NaN, Inf, fp16-overflowing "
-        "values, nulls, schema violations and corrupt files."))
+    p = sub.add_parser(
+        "scan",
+        help="scan datasets before training",
+        description=(
+            "Scan Parquet, CSV, Arrow/Feather and JSON Lines files for NaN, Inf, fp16-overflowing "
+            "values, nulls, schema violations and corrupt files."
+        ),
+    )
     p.add_argument("paths", nargs="+", help="files, directories (recursive) or globs")
     p.add_argument("--schema", help="pandera schema: a YAML file or module:attr")
     p.add_argument("--out", default="datacheck-report", help="output folder (default: %(default)s)")
-    p.add_argument("--fail-on", choices=["error", "warning", "never"], default="error",
-                   help="exit 1 on findings at or above this severity (default: %(default)s)")
+    p.add_argument(
+        "--fail-on",
+        choices=["error", "warning", "never"],
+        default="error",
+        help="exit 1 on findings at or above this severity (default: %(default)s)",
+    )
     p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
-    p.add_argument("--executor", default="auto", choices=EXECUTOR_NAMES,
-                   help="where units run (default: %(default)s)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="run on a running dask scheduler, e.g. tcp://10.0.0.5:8786 "
-                        "(implies --executor distributed)")
-    p.add_argument("--resume", action="store_true",
-                   help="skip the work units an interrupted scan into --out already finished")
-    p.add_argument("--unit-mb", type=int, default=512,
-                   help="split files larger than this into row-group ranges (default: %(default)s)")
-    p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format",
-                   help="summary on stdout as a table or as JSON (default: %(default)s)")
+    p.add_argument(
+        "--executor",
+        default="auto",
+        choices=EXECUTOR_NAMES,
+        help="where units run (default: %(default)s)",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on a running dask scheduler, e.g. tcp://10.0.0.5:8786 "
+        "(implies --executor distributed)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the work units an interrupted scan into --out already finished",
+    )
+    p.add_argument(
+        "--unit-mb",
+        type=int,
+        default=512,
+        help="split files larger than this into row-group ranges (default: %(default)s)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        dest="output_format",
+        help="summary on stdout as a table or as JSON (default: %(default)s)",
+    )
     p.add_argument("--html", action="store_true", help="also write report.html into --out")
-    p.add_argument("--profile", action="store_true",
-                   help="write per-file column statistics and quantiles to --out/profile.json "
-                        "(on without it, without quantiles, for schemas with reference_stats)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="write per-file column statistics and quantiles to --out/profile.json "
+        "(on without it, without quantiles, for schemas with reference_stats)",
+    )
     prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", dest="progress", action="store_true", default=None,
-                      help="show a progress bar (default: when stderr is a terminal)")
+    prog.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="show a progress bar (default: when stderr is a terminal)",
+    )
     prog.add_argument("--no-progress", dest="progress", action="store_false")
     p.set_defaults(func=_run_scan)
 
@@ -52,8 +88,9 @@ class _ProgressBar:
     def __init__(self) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=0, unit="B", unit_scale=True, desc="scanning", file=sys.stderr,
-                        leave=False)  # fmt: skip
+        self.bar = tqdm(
+            total=0, unit="B", unit_scale=True, desc="scanning", file=sys.stderr, leave=False
+        )
         self._parts: dict[str, int] = {}
         self._files_done = 0
         self._files = 0
@@ -85,9 +122,15 @@ def _run_scan(args: argparse.Namespace) -> int:
     from datacheck._scan import ScanConfig, scan
     from datacheck.report._text import render_text
 
-    config = ScanConfig(fail_on=args.fail_on, workers=args.workers, executor=args.executor,
-                        unit_bytes=args.unit_mb << 20, scheduler=args.scheduler,
-                        resume=args.resume, profile=args.profile)
+    config = ScanConfig(
+        fail_on=args.fail_on,
+        workers=args.workers,
+        executor=args.executor,
+        unit_bytes=args.unit_mb << 20,
+        scheduler=args.scheduler,
+        resume=args.resume,
+        profile=args.profile,
+    )
     progress = _progress_bar(args.progress)
     try:
         report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)

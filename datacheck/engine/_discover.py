@@ -60,7 +60,8 @@ def _is_data(path: str) -> bool:
 
 def _walk(root: Path) -> tuple[list[str], list[str]]:
     """Data files under a local directory, and the files skipped as not data."""
-    files, ignored = [], []
+    files: list[str] = []
+    ignored: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not _skip_dir(d))
         for name in sorted(filenames):
@@ -71,7 +72,8 @@ def _walk(root: Path) -> tuple[list[str], list[str]]:
 
 def _walk_url(url: str) -> tuple[list[tuple[str, str]], list[str]]:
     """The same rule over an object store: ``(url, root)`` pairs of data, and skipped objects."""
-    found, ignored = [], []
+    found: list[tuple[str, str]] = []
+    ignored: list[str] = []
     for obj, root, named in _storage.list_objects(url):
         if not named and any(_skip_dir(d) for d in posixpath.relpath(obj, root).split("/")[:-1]):
             continue
@@ -149,7 +151,16 @@ def plan_units(files: list[tuple[str, str]], unit_bytes: int = 512 << 20) -> lis
         keys = _partition_keys(path, root)
         for i, extra in enumerate(pieces):
             units.append(
-                WorkUnit(path, fmt.name, size, mtime, part=i, n_parts=len(pieces),
-                         partition_columns=keys, etag=etag, **extra)
+                WorkUnit(
+                    path,
+                    fmt.name,
+                    size,
+                    mtime,
+                    part=i,
+                    n_parts=len(pieces),
+                    partition_columns=keys,
+                    etag=etag,
+                    **extra,
+                )
             )
     return units

@@ -34,13 +34,19 @@ def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
             counts["corrupt"] = 1
             sites["corrupt"] = Counter({"error": 1})
         status = "corrupt" if errors else ("flagged" if counts else "ok")
-        entries.append({
-            "path": path, "format": parts[0].format, "status": status,
-            "rows": sum(r.rows for r in parts), "bytes": sum(r.bytes for r in parts),
-            "counts": dict(sorted(counts.items())),
-            "sites": {k: dict(v) for k, v in sorted(sites.items())},
-            "columns": parts[0].columns, "error": errors[0] if errors else None,
-        })
+        entries.append(
+            {
+                "path": path,
+                "format": parts[0].format,
+                "status": status,
+                "rows": sum(r.rows for r in parts),
+                "bytes": sum(r.bytes for r in parts),
+                "counts": dict(sorted(counts.items())),
+                "sites": {k: dict(v) for k, v in sorted(sites.items())},
+                "columns": parts[0].columns,
+                "error": errors[0] if errors else None,
+            }
+        )
     return entries
 
 
@@ -59,7 +65,7 @@ def _dtype_kind(dtype: str, fmt: str) -> str | None:
     for prefix in ("large_", ""):
         for base in ("string", "binary", "list"):
             if dtype.startswith(prefix + base):
-                return base + dtype[len(prefix + base):]
+                return base + dtype[len(prefix + base) :]
     if dtype in ("string_view", "utf8_view"):
         return "string"
     if fmt in _TEXT_FORMATS and dtype.startswith(("int", "uint", "float", "double", "halffloat")):

@@ -64,7 +64,9 @@ def poison_result(unit: WorkUnit, message: str) -> UnitResult:
     res.corrupt = message
     res.counts = {"corrupt": 1}
     res.sites = {"corrupt": {Severity.ERROR.value: 1}}
-    res.table = fnd.findings_table([fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=message)])
+    res.table = fnd.findings_table(
+        [fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=message)]
+    )
     res.findings_rows = 1
     return res
 
@@ -98,7 +100,9 @@ class _Collector:
             self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
 
 
-def _column_hits(arr: pa.Array, rules: ColumnRules, prof: ColumnProfile | None = None) -> list[Hits]:
+def _column_hits(
+    arr: pa.Array, rules: ColumnRules, prof: ColumnProfile | None = None
+) -> list[Hits]:
     t = arr.type
     if is_numeric(leaf_type(t)):
         flat: FlatColumn = flatten(arr)
@@ -192,7 +196,9 @@ def _check_column(
     leaf = leaf_type(arr.type)
     is_float = pa.types.is_floating(leaf) and name not in integer_columns
     numeric = is_numeric(leaf)
-    rules = schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
+    rules = (
+        schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
+    )
     prof = profiler.column(name) if profiler is not None else None
     for h in _column_hits(arr, rules, prof):
         col.hits(name, h, offset)
@@ -300,7 +306,10 @@ def _pandas_index_columns(arrow_schema: Any) -> set[str]:
 
 
 def schema_findings(
-    unit: WorkUnit, columns: dict[str, str], schema: CompiledSchema, index: set[str] = frozenset()
+    unit: WorkUnit,
+    columns: dict[str, str],
+    schema: CompiledSchema,
+    index: frozenset[str] | set[str] = frozenset(),
 ) -> list[fnd.Finding]:
     """Columns missing, unexpected, or of another dtype than the schema declares.
 

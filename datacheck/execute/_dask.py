@@ -135,7 +135,9 @@ def run_distributed(
     """
     if client is not None and scheduler is not None:
         raise ValueError("pass either client= or scheduler=, not both")
-    return _results(fn, list(units), workers, client, scheduler, retries, allowed_failures, echo, on_poison)
+    return _results(
+        fn, list(units), workers, client, scheduler, retries, allowed_failures, echo, on_poison
+    )
 
 
 def _results(
@@ -170,5 +172,7 @@ def _outcome(fut: Future, unit: Any, on_poison: OnPoison) -> Any:
         return fut.result()
     except KilledWorker as exc:
         deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
-        msg = f"KilledWorker: the reader crashed {deaths} worker processes on this file (poison file)"
+        msg = (
+            f"KilledWorker: the reader crashed {deaths} worker processes on this file (poison file)"
+        )
         return on_poison(unit, msg)

@@ -25,12 +25,16 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_inprocess(fn: UnitFn, units: Sequence[Unit], workers: int, on_poison: OnPoison, **_: Any) -> Iterator[Any]:
+def run_inprocess(
+    fn: UnitFn, units: Sequence[Unit], workers: int, on_poison: OnPoison, **_: Any
+) -> Iterator[Any]:
     for unit in units:
         yield fn(unit)
 
 
-def run_processes(fn: UnitFn, units: Sequence[Unit], workers: int, on_poison: OnPoison, **_: Any) -> Iterator[Any]:
+def run_processes(
+    fn: UnitFn, units: Sequence[Unit], workers: int, on_poison: OnPoison, **_: Any
+) -> Iterator[Any]:
     ctx = mp.get_context("spawn")  # no fork: Arrow's thread pools do not survive it
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
     try:

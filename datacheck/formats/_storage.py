@@ -65,7 +65,9 @@ def list_objects(url: str) -> list[tuple[str, str, bool]]:
         for match in matches:
             if fs.isdir(match):
                 root = _name(fs, match)
-                found += [(_name(fs, p), root, False) for p in sorted(fs.find(match, withdirs=False))]
+                found += [
+                    (_name(fs, p), root, False) for p in sorted(fs.find(match, withdirs=False))
+                ]
             elif fs.isfile(match):
                 found.append((_name(fs, match), _name(fs, posixpath.dirname(match)), True))
     except Exception as exc:  # noqa: BLE001 - the storage boundary: botocore, gcsfs, HTTP errors

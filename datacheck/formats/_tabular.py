@@ -84,9 +84,7 @@ class CsvFormat(Format):
         return pacsv.open_csv(
             _storage.stream(unit.path),
             read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
-            parse_options=pacsv.ParseOptions(
-                delimiter="\t" if is_tsv(unit.path) else ","
-            ),
+            parse_options=pacsv.ParseOptions(delimiter="\t" if is_tsv(unit.path) else ","),
             convert_options=pacsv.ConvertOptions(
                 column_types=types,
                 null_values=_CSV_NULLS,
@@ -101,7 +99,9 @@ class CsvFormat(Format):
         return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
 
 
-def _open_text(make_reader: Any, declared: dict[str, pa.DataType], keep_integers: bool = False) -> Opened:
+def _open_text(
+    make_reader: Any, declared: dict[str, pa.DataType], keep_integers: bool = False
+) -> Opened:
     """Open a text format (CSV, JSON Lines) whose integer columns are read as float64.
 
     Types are inferred from the first block only, and a schema's ``int64`` is a promise the
@@ -114,12 +114,17 @@ def _open_text(make_reader: Any, declared: dict[str, pa.DataType], keep_integers
     if keep_integers:
         reader = make_reader(dict(declared))
         _require_text(reader.schema)
-        return Opened(_type_names(reader.schema), _batches_with_offsets(iter(reader), 0),
-                      arrow_schema=reader.schema)  # fmt: skip
+        return Opened(
+            _type_names(reader.schema),
+            _batches_with_offsets(iter(reader), 0),
+            arrow_schema=reader.schema,
+        )
     ints = {n for n, t in declared.items() if pa.types.is_integer(t)}
     types = {n: pa.float64() if n in ints else t for n, t in declared.items()}
     reader = make_reader(types)
-    inferred = {f.name for f in reader.schema if pa.types.is_integer(f.type) and f.name not in types}
+    inferred = {
+        f.name for f in reader.schema if pa.types.is_integer(f.type) and f.name not in types
+    }
     if inferred:
         reader.close()
         types.update(dict.fromkeys(inferred, pa.float64()))

@@ -274,12 +274,19 @@ class ColumnProfile:
         if self.sketch is not None and other.sketch is not None:
             sketch = self.sketch.merge(other.sketch)
         return ColumnProfile(
-            rows=self.rows + other.rows, nulls=self.nulls + other.nulls,
-            values=self.values + other.values, nan=self.nan + other.nan,
-            inf=self.inf + other.inf, finite=n, min=min(self.min, other.min),
-            max=max(self.max, other.max), mean=mean, m2=m2,
-            numeric=self.numeric or other.numeric, sketch=sketch,
-        )  # fmt: skip
+            rows=self.rows + other.rows,
+            nulls=self.nulls + other.nulls,
+            values=self.values + other.values,
+            nan=self.nan + other.nan,
+            inf=self.inf + other.inf,
+            finite=n,
+            min=min(self.min, other.min),
+            max=max(self.max, other.max),
+            mean=mean,
+            m2=m2,
+            numeric=self.numeric or other.numeric,
+            sketch=sketch,
+        )
 
     def state(self) -> dict[str, Any]:
         """Everything, as JSON-ready plain values (what a work unit sends back and journals)."""
@@ -301,15 +308,21 @@ class ColumnProfile:
     def to_dict(self, quantiles: Sequence[float] = QUANTILES) -> dict[str, Any]:
         """JSON-ready statistics (``None`` where undefined), with quantiles if sketched."""
         out: dict[str, Any] = {
-            "rows": self.rows, "nulls": self.nulls, "values": self.values,
-            "nan": self.nan, "inf": self.inf, "finite": self.finite,
-        }  # fmt: skip
+            "rows": self.rows,
+            "nulls": self.nulls,
+            "values": self.values,
+            "nan": self.nan,
+            "inf": self.inf,
+            "finite": self.finite,
+        }
         if self.numeric:
             has = self.finite > 0
             out.update(
-                min=self.min if has else None, max=self.max if has else None,
-                mean=self.mean if has else None, std=self.std if has else None,
-            )  # fmt: skip
+                min=self.min if has else None,
+                max=self.max if has else None,
+                mean=self.mean if has else None,
+                std=self.std if has else None,
+            )
         if self.sketch is not None and self.finite:
             qv = self.sketch.quantiles(quantiles)
             qv = np.clip(qv, self.min, self.max)
@@ -353,16 +366,19 @@ def write_profile(
     doc = {
         "format_version": PROFILE_VERSION,
         "sketch": {
-            "kind": "log-linear histogram", "mantissa_bits": MANTISSA_BITS,
+            "kind": "log-linear histogram",
+            "mantissa_bits": MANTISSA_BITS,
             "relative_error": RELATIVE_ERROR,
-        } if sketched else None,
+        }
+        if sketched
+        else None,
         "quantiles": list(QUANTILES) if sketched else [],
         "columns": {name: p.to_dict() for name, p in sorted(overall.items())},
         "files": {
             path: {name: p.to_dict() for name, p in sorted(cols.items())}
             for path, cols in sorted(by_file.items())
         },
-    }  # fmt: skip
+    }
     tmp = out / (PROFILE_JSON + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, allow_nan=False, default=_json_default))
     os.replace(tmp, out / PROFILE_JSON)

@@ -21,7 +21,15 @@ from datacheck.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["FAIL_ON", "FORMAT_VERSION", "MANIFEST", "REPORT_JSON", "ReportData", "exit_code_for", "write_report_json"]
+__all__ = [
+    "FAIL_ON",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "REPORT_JSON",
+    "ReportData",
+    "exit_code_for",
+    "write_report_json",
+]
 
 FORMAT_VERSION = 1
 REPORT_JSON = "report.json"
@@ -58,8 +66,13 @@ def summarise(files: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write_report_json(out: Path, settings: dict[str, Any], files: list[dict[str, Any]],
-                      ignored: Iterable[str], seconds: float) -> dict[str, Any]:
+def write_report_json(
+    out: Path,
+    settings: dict[str, Any],
+    files: list[dict[str, Any]],
+    ignored: Iterable[str],
+    seconds: float,
+) -> dict[str, Any]:
     from datacheck._version import __version__
 
     summary = summarise(files)
@@ -87,8 +100,12 @@ class ReportData:
         data: the parsed ``report.json``.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], data: dict[str, Any] | None = None,
-                 _keepalive: Any = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        data: dict[str, Any] | None = None,
+        _keepalive: Any = None,
+    ) -> None:
         self.dir = Path(directory)
         self._keepalive = _keepalive  # e.g. a TemporaryDirectory owning self.dir
         if data is None:
@@ -109,7 +126,9 @@ class ReportData:
 
     def exit_code(self, fail_on: str | None = None) -> int:
         """0 when nothing is at or above ``fail_on`` (default: the scan's setting), else 1."""
-        return exit_code_for(self.summary["sites"], fail_on or self.settings.get("fail_on", "error"))
+        return exit_code_for(
+            self.summary["sites"], fail_on or self.settings.get("fail_on", "error")
+        )
 
     @property
     def ok(self) -> bool:
@@ -147,8 +166,10 @@ class ReportData:
 
     def __repr__(self) -> str:
         s = self.summary
-        return (f"<{type(self).__name__} {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
-                f"{s['status']['flagged']} flagged, {s['corrupt_files']} corrupt>")
+        return (
+            f"<{type(self).__name__} {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
+            f"{s['status']['flagged']} flagged, {s['corrupt_files']} corrupt>"
+        )
 
 
 def _read_json(directory: Path) -> dict[str, Any]:
@@ -156,10 +177,14 @@ def _read_json(directory: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError as exc:
-        raise InputError(f"report {str(directory)!r}: no {REPORT_JSON}; pass the --out folder of a scan") from exc
+        raise InputError(
+            f"report {str(directory)!r}: no {REPORT_JSON}; pass the --out folder of a scan"
+        ) from exc
     except (OSError, ValueError) as exc:
         raise InputError(f"report {str(path)!r}: unreadable ({exc}); rerun the scan") from exc
     if data.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"report {str(path)!r}: format version {data.get('format_version')!r}, "
-                         f"this datacheck reads {FORMAT_VERSION}; rerun the scan")
+        raise InputError(
+            f"report {str(path)!r}: format version {data.get('format_version')!r}, "
+            f"this datacheck reads {FORMAT_VERSION}; rerun the scan"
+        )
     return data

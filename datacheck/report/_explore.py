@@ -65,8 +65,10 @@ def resolve_path(report: ReportData, path: str | os.PathLike[str]) -> dict[str, 
         return hits[0]
     if hits:
         names = ", ".join(repr(e["path"]) for e in hits[:5])
-        raise InputError(f"report {str(report.dir)!r}: {query!r} matches {len(hits)} files "
-                         f"({names}); pass more of the path")  # fmt: skip
+        raise InputError(
+            f"report {str(report.dir)!r}: {query!r} matches {len(hits)} files "
+            f"({names}); pass more of the path"
+        )
     raise InputError(_no_match(report, query))
 
 
@@ -74,8 +76,10 @@ def _no_match(report: ReportData, query: str) -> str:
     names = [os.path.basename(e["path"]) for e in report.data["files"]]
     close = difflib.get_close_matches(os.path.basename(query), names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (f"report {str(report.dir)!r}: no scanned file matches {query!r}{hint}; "
-            f"see report.files for the {len(names)} scanned files")  # fmt: skip
+    return (
+        f"report {str(report.dir)!r}: no scanned file matches {query!r}{hint}; "
+        f"see report.files for the {len(names)} scanned files"
+    )
 
 
 # -- the manifest, per file ------------------------------------------------------------------
@@ -95,8 +99,12 @@ def _row_sites(report: ReportData, path: str | None = None) -> pa.Table:
 def _checks_by_row(sites: pa.Table) -> dict[int, str]:
     """Row -> ``"x1: nan; x2: inf"`` (the findings at that row, for display)."""
     out: dict[int, list[str]] = {}
-    for row, col, check in zip(sites["row"].to_pylist(), sites["column"].to_pylist(),
-                               sites["check"].to_pylist(), strict=True):  # fmt: skip
+    for row, col, check in zip(
+        sites["row"].to_pylist(),
+        sites["column"].to_pylist(),
+        sites["check"].to_pylist(),
+        strict=True,
+    ):
         out.setdefault(int(row), []).append(f"{col}: {check}" if col else check)
     return {r: "; ".join(dict.fromkeys(v)) for r, v in out.items()}
 
@@ -175,8 +183,10 @@ def _text_table(table: pa.Table, options: dict[str, Any]) -> pa.Table:
     table = restore_integers(table)
     for name, col in zip(table.column_names, table.columns, strict=True):
         if pa.types.is_floating(col.type) and (pc.max(pc.abs(col)).as_py() or 0) >= 2**53:
-            raise InputError(f"column {name!r} holds integers beyond 2**53 next to non-integers; "
-                             "they cannot be copied exactly: use exclusion_list() instead")  # fmt: skip
+            raise InputError(
+                f"column {name!r} holds integers beyond 2**53 next to non-integers; "
+                "they cannot be copied exactly: use exclusion_list() instead"
+            )
     return table
 
 
@@ -202,7 +212,9 @@ def _take_rows_with(entry: dict[str, Any], rows: np.ndarray, options: dict[str, 
     return pa.concat_tables(parts, promote_options="permissive")
 
 
-def flagged_rows(report: ReportData, path: str | os.PathLike[str], context: int = 0) -> pd.DataFrame:
+def flagged_rows(
+    report: ReportData, path: str | os.PathLike[str], context: int = 0
+) -> pd.DataFrame:
     """The flagged rows of one scanned file (plus ``context`` neighbours each side).
 
     Returns:
@@ -227,12 +239,16 @@ def flagged_rows(report: ReportData, path: str | os.PathLike[str], context: int 
         try:
             table = _take_rows(entry, rows, _reader_options(report))
         except (OSError, pa.ArrowException) as exc:
-            raise InputError(f"{entry['path']!r}: cannot read the flagged rows back "
-                             f"({type(exc).__name__}: {exc}); was the file changed since the scan?") from exc  # fmt: skip
+            raise InputError(
+                f"{entry['path']!r}: cannot read the flagged rows back "
+                f"({type(exc).__name__}: {exc}); was the file changed since the scan?"
+            ) from exc
     frame = table.to_pandas() if table.num_columns else pd.DataFrame()
     if len(frame) != len(rows):
-        raise InputError(f"{entry['path']!r}: {len(frame)} of the {len(rows)} wanted rows could be "
-                         "read; was the file changed since the scan? Rescan it")  # fmt: skip
+        raise InputError(
+            f"{entry['path']!r}: {len(frame)} of the {len(rows)} wanted rows could be "
+            "read; was the file changed since the scan? Rescan it"
+        )
     frame.index = pd.Index(rows, name="row")
     frame[FLAG_COLUMN] = [int(r) in checks for r in frame.index]
     frame[CHECKS_COLUMN] = [checks.get(int(r), "") for r in frame.index]
@@ -275,15 +291,27 @@ def exclusion_list(report: ReportData, order: Sequence[str] | None = None) -> pd
         checks = _checks_by_row(mine)
         rows = np.array(sorted(checks), dtype=np.int64)
         base = offsets.get(path)
-        frames.append(pd.DataFrame({
-            "path": pd.array([path] * len(rows), dtype="string"),
-            "row": pd.array(rows, dtype="Int64"),
-            "index": pd.array(rows + base if base is not None else [None] * len(rows), dtype="Int64"),
-            "checks": pd.array([checks[int(r)] for r in rows], dtype="string"),
-        }))  # fmt: skip
+        frames.append(
+            pd.DataFrame(
+                {
+                    "path": pd.array([path] * len(rows), dtype="string"),
+                    "row": pd.array(rows, dtype="Int64"),
+                    "index": pd.array(
+                        rows + base if base is not None else [None] * len(rows), dtype="Int64"
+                    ),
+                    "checks": pd.array([checks[int(r)] for r in rows], dtype="string"),
+                }
+            )
+        )
     if not frames:
-        return pd.DataFrame({"path": pd.array([], dtype="string"), "row": pd.array([], dtype="Int64"),
-                             "index": pd.array([], dtype="Int64"), "checks": pd.array([], dtype="string")})  # fmt: skip
+        return pd.DataFrame(
+            {
+                "path": pd.array([], dtype="string"),
+                "row": pd.array([], dtype="Int64"),
+                "index": pd.array([], dtype="Int64"),
+                "checks": pd.array([], dtype="string"),
+            }
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -372,13 +400,15 @@ def _compression(path: str) -> str | None:
     return COMPRESSIONS.get(Path(path).suffix.lower())
 
 
-def _copy_streamed(entry: dict[str, Any], tmp: Path, drop: np.ndarray,
-                   options: dict[str, Any]) -> tuple[int, int]:  # fmt: skip
+def _copy_streamed(
+    entry: dict[str, Any], tmp: Path, drop: np.ndarray, options: dict[str, Any]
+) -> tuple[int, int]:
     return _exact_first(_copy_streamed_with, entry, options, tmp, drop)
 
 
-def _copy_streamed_with(entry: dict[str, Any], tmp: Path, drop: np.ndarray,
-                        options: dict[str, Any]) -> tuple[int, int]:  # fmt: skip
+def _copy_streamed_with(
+    entry: dict[str, Any], tmp: Path, drop: np.ndarray, options: dict[str, Any]
+) -> tuple[int, int]:
     sink: _TextSink | None = None
     rows_in = rows_out = 0
     try:
@@ -433,10 +463,17 @@ def _copy_npz(src: str, tmp: Path, drop: np.ndarray, rows: int) -> tuple[int, in
 _WRITABLE = ("parquet", "csv", "jsonl", "arrow", "npy", "npz")
 
 
-def _copy_one(entry: dict[str, Any], target: Path, drop: np.ndarray,
-              options: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    row = {"path": entry["path"], "dest": str(target), "status": "skipped",
-           "rows_in": int(entry.get("rows") or 0), "rows_out": 0, "reason": ""}  # fmt: skip
+def _copy_one(
+    entry: dict[str, Any], target: Path, drop: np.ndarray, options: dict[str, Any]
+) -> dict[str, Any]:
+    row = {
+        "path": entry["path"],
+        "dest": str(target),
+        "status": "skipped",
+        "rows_in": int(entry.get("rows") or 0),
+        "rows_out": 0,
+        "reason": "",
+    }
     if entry["status"] == "corrupt":
         return {**row, "dest": "", "reason": f"corrupt: {entry.get('error')}"}
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,8 @@ import base64
 import html
 import io
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +60,10 @@ def _verdict(report: ReportData) -> str:
     fail_on = report.settings.get("fail_on", "error")
     if code == 0:
         return '<span class="verdict pass" id="verdict" data-value="0">PASS</span>'
-    return (f'<span class="verdict fail" id="verdict" data-value="{code}">FAIL</span> '
-            f'<span class="muted">findings at or above {_esc(fail_on)}</span>')  # fmt: skip
+    return (
+        f'<span class="verdict fail" id="verdict" data-value="{code}">FAIL</span> '
+        f'<span class="muted">findings at or above {_esc(fail_on)}</span>'
+    )
 
 
 def _summary_table(report: ReportData) -> str:
@@ -77,9 +81,11 @@ def _checks_table(report: ReportData) -> str:
         return '<p id="checks" class="muted">No findings.</p>'
     rows = []
     for check, by_sev in s["sites"].items():
-        rows.append(f'<tr data-check="{_esc(check)}"><td>{_esc(check)}</td>'
-                    f"{_num(by_sev.get('error', 0), 'errors')}{_num(by_sev.get('warning', 0), 'warnings')}"
-                    f"{_num(s['values'].get(check, 0), 'values')}</tr>")  # fmt: skip
+        rows.append(
+            f'<tr data-check="{_esc(check)}"><td>{_esc(check)}</td>'
+            f"{_num(by_sev.get('error', 0), 'errors')}{_num(by_sev.get('warning', 0), 'warnings')}"
+            f"{_num(s['values'].get(check, 0), 'values')}</tr>"
+        )
     head = "<tr><th>check</th><th>errors</th><th>warnings</th><th>bad values</th></tr>"
     return f'<table id="checks">{head}{"".join(rows)}</table>'
 
@@ -98,10 +104,12 @@ def _files_table(report: ReportData, limit: int) -> str:
     rows = []
     for f in files[:limit]:
         counts = "".join(_num(int(f["counts"].get(c, 0)), f"n_{c}") for c in checks)
-        rows.append(f'<tr class="{_esc(f["status"])}" data-path="{_esc(f["path"])}">'
-                    f"<td>{_esc(f['path'])}</td><td>{_esc(f['format'])}</td>"
-                    f'<td class="status">{_esc(f["status"])}</td>{_num(int(f["rows"]), "rows")}'
-                    f"{_num(int(f['bytes']), 'bytes')}{counts}<td>{_esc(f.get('error') or '')}</td></tr>")  # fmt: skip
+        rows.append(
+            f'<tr class="{_esc(f["status"])}" data-path="{_esc(f["path"])}">'
+            f"<td>{_esc(f['path'])}</td><td>{_esc(f['format'])}</td>"
+            f'<td class="status">{_esc(f["status"])}</td>{_num(int(f["rows"]), "rows")}'
+            f"{_num(int(f['bytes']), 'bytes')}{counts}<td>{_esc(f.get('error') or '')}</td></tr>"
+        )
     more = len(files) - limit
     note = (
         f'<p class="muted">{more:,} more files (clean ones last) are in report.json.</p>'
@@ -113,10 +121,12 @@ def _files_table(report: ReportData, limit: int) -> str:
 
 def summary_html(report: ReportData) -> str:
     """The Jupyter view (``Report._repr_html_``): verdict, counts, checks, worst files."""
-    return (f'<div class="dc"><style>{_CSS}</style>'
-            f"<p><b>datacheck report</b> <code>{_esc(report.dir)}</code> {_verdict(report)}</p>"
-            f"{_summary_table(report)}{_checks_table(report)}"
-            f"{_files_table(report, NOTEBOOK_FILE_ROWS)}</div>")  # fmt: skip
+    return (
+        f'<div class="dc"><style>{_CSS}</style>'
+        f"<p><b>datacheck report</b> <code>{_esc(report.dir)}</code> {_verdict(report)}</p>"
+        f"{_summary_table(report)}{_checks_table(report)}"
+        f"{_files_table(report, NOTEBOOK_FILE_ROWS)}</div>"
+    )
 
 
 def _png(fig: Figure) -> str:
@@ -144,9 +154,9 @@ def _plots_section(report: ReportData) -> str:
     from datacheck.report._plots import ReportPlots
 
     plot = ReportPlots(report)
-    figures = [("findings per shard and check", plot.by_shard)]
+    figures: list[tuple[str, Callable[[], Any]]] = [("findings per shard and check", plot.by_shard)]
     for col in _worst_columns(report, MAX_COLUMN_PLOTS):
-        figures.append((f"distribution of {col}", lambda c=col: plot.column(c)))
+        figures.append((f"distribution of {col}", partial(plot.column, col)))
     parts = []
     for title, make in figures:
         try:
@@ -154,8 +164,10 @@ def _plots_section(report: ReportData) -> str:
         except DatacheckError as exc:  # e.g. a non-numeric column: say so, keep the page
             parts.append(f'<p class="muted">{_esc(title)}: {_esc(exc)}</p>')
             continue
-        parts.append(f'<figure><img class="plot" alt="{_esc(title)}" '
-                     f'src="data:image/png;base64,{_png(fig)}"></figure>')  # fmt: skip
+        parts.append(
+            f'<figure><img class="plot" alt="{_esc(title)}" '
+            f'src="data:image/png;base64,{_png(fig)}"></figure>'
+        )
     return "".join(parts)
 
 

@@ -109,8 +109,15 @@ def _heatmap(
     for (i, j), n in np.ndenumerate(matrix):
         if n:
             dark = n > math.sqrt(max(matrix.max(), 1))
-            ax.text(j, i, f"{n:,}", ha="center", va="center", fontsize=8,
-                    color="white" if dark else "black")  # fmt: skip
+            ax.text(
+                j,
+                i,
+                f"{n:,}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if dark else "black",
+            )
     scale = ", log scale" if top > 20 else ""
     fig.colorbar(image, ax=ax, label=f"findings (count{scale})", shrink=0.8)
 
@@ -138,8 +145,13 @@ def _by_shard(report: ReportData, top: int) -> Figure:
     if "corrupt" in status.values():
         from matplotlib.patches import Patch
 
-        bars.legend(handles=[Patch(color="#d62728", label="flagged"),
-                             Patch(color="#7f0000", label="corrupt")], loc="lower right")  # fmt: skip
+        bars.legend(
+            handles=[
+                Patch(color="#d62728", label="flagged"),
+                Patch(color="#7f0000", label="corrupt"),
+            ],
+            loc="lower right",
+        )
     return fig
 
 
@@ -156,8 +168,10 @@ def _column_entries(report: ReportData, name: str) -> list[dict[str, Any]]:
     known = sorted({c for f in files for c in (f.get("columns") or {})})
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise InputError(f"report {str(report.dir)!r}: no scanned file has a column {name!r}{hint}; "
-                     f"columns: {', '.join(known[:20]) or 'none'}")  # fmt: skip
+    raise InputError(
+        f"report {str(report.dir)!r}: no scanned file has a column {name!r}{hint}; "
+        f"columns: {', '.join(known[:20]) or 'none'}"
+    )
 
 
 def _column_arrays(report: ReportData, entry: dict[str, Any], name: str) -> Iterator[pa.Array]:
@@ -253,8 +267,9 @@ def _flagged_values(report: ReportData, name: str) -> np.ndarray:
 
     if not report.manifest_path.exists():
         return np.empty(0)
-    table = pq.read_table(report.manifest_path, columns=["column", "value"],
-                          filters=[("column", "==", name)])  # fmt: skip
+    table = pq.read_table(
+        report.manifest_path, columns=["column", "value"], filters=[("column", "==", name)]
+    )
     values = (
         pc.cast(table["value"], pa.float64(), safe=False)
         if table.num_rows
@@ -314,8 +329,16 @@ def _column(report: ReportData, name: str, bins: int, max_values: int) -> Figure
     for x, label in thresholds:
         ax.axvline(x, color="#ff7f0e", ls="--", lw=1.2, label=label or None)
     if len(marks):
-        ax.plot(marks, np.full(len(marks), 0.04), "^", color="#d62728", ms=9, clip_on=False,
-                label=f"flagged values ({len(marks)})", transform=ax.get_xaxis_transform())  # fmt: skip
+        ax.plot(
+            marks,
+            np.full(len(marks), 0.04),
+            "^",
+            color="#d62728",
+            ms=9,
+            clip_on=False,
+            label=f"flagged values ({len(marks)})",
+            transform=ax.get_xaxis_transform(),
+        )
     scale = ", symlog scale" if symlog else ""
     ax.set_xlabel(f"{name} (value in data units{scale})")
     ax.set_ylabel("values per bin (count, log scale)")
@@ -323,8 +346,10 @@ def _column(report: ReportData, name: str, bins: int, max_values: int) -> Figure
     notes = (
         f"NaN {values.nan:,}, +Inf {values.posinf:,}, -Inf {values.neginf:,}, null {values.null:,}"
     )
-    ax.set_title(f"Distribution of {name!r}: {values.total:,} values in {len(entries)} files"
-                 f"{sampled}\nnot plotted: {notes}")  # fmt: skip
+    ax.set_title(
+        f"Distribution of {name!r}: {values.total:,} values in {len(entries)} files"
+        f"{sampled}\nnot plotted: {notes}"
+    )
     ax.legend(loc="best", fontsize=9, framealpha=0.9)
     return fig
 
@@ -374,8 +399,12 @@ def read_guard_log(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[dic
     events = [r for r in recs if str(r.get("kind") or r.get("event") or "step") != "step"]
     for ev in events:
         ev.setdefault("kind", ev.get("event"))
-    frame = pd.DataFrame({"step": [float(r["step"]) for r in recs],
-                          **{k: [_number(r.get(k)) for r in recs] for k in ("loss", "grad_norm", "lr")}})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "step": [float(r["step"]) for r in recs],
+            **{k: [_number(r.get(k)) for r in recs] for k in ("loss", "grad_norm", "lr")},
+        }
+    )
     return frame.groupby("step", sort=True).first().reset_index(), events
 
 
@@ -404,8 +433,17 @@ def _series(ax: Axes, log: pd.DataFrame, field: str, label: str) -> None:
     ax.plot(x[ok], y[ok], color="#1f77b4", lw=1.2, marker=".", ms=3, label=label)
     bad = x[~ok & ~np.isnan(y)] if field == "lr" else x[~ok]
     if field != "lr" and len(bad) and ok.any():
-        ax.plot(bad, np.full(len(bad), 0.97), "x", color="#d62728", ms=8, mew=2, clip_on=False,
-                transform=ax.get_xaxis_transform(), label=f"non-finite {label} ({len(bad)})")  # fmt: skip
+        ax.plot(
+            bad,
+            np.full(len(bad), 0.97),
+            "x",
+            color="#d62728",
+            ms=8,
+            mew=2,
+            clip_on=False,
+            transform=ax.get_xaxis_transform(),
+            label=f"non-finite {label} ({len(bad)})",
+        )
 
 
 def _events(axes: Sequence[Axes], events: list[dict[str, Any]]) -> None:
@@ -430,8 +468,13 @@ def _analysis(ax: Axes, tl: Any, spike_factor: float = 10.0) -> str:
     if tl is None:
         return ""
     if tl.level:
-        ax.axhline(spike_factor * tl.level, color="#ff7f0e", ls="--", lw=1.2,
-                   label=f"spike threshold: {spike_factor:g} x median loss {tl.level:.3g}")  # fmt: skip
+        ax.axhline(
+            spike_factor * tl.level,
+            color="#ff7f0e",
+            ls="--",
+            lw=1.2,
+            label=f"spike threshold: {spike_factor:g} x median loss {tl.level:.3g}",
+        )
     if tl.restart_step is not None:
         ax.axvline(
             tl.restart_step,

@@ -38,8 +38,13 @@ from datacheck.errors import SchemaError
 __all__ = ["CompiledSchema", "compile_schema", "load_schema"]
 
 DATACHECK_CHECKS = (
-    "finite", "max_abs", "fp16_safe", "bf16_safe", "reference_stats", "normalized",
-)  # fmt: skip
+    "finite",
+    "max_abs",
+    "fp16_safe",
+    "bf16_safe",
+    "reference_stats",
+    "normalized",
+)
 _RANGE_CHECKS = {
     "in_range": lambda s: Range(
         "out_of_range",
@@ -285,7 +290,9 @@ def load_schema(spec: Any) -> CompiledSchema | None:
                 f"schema {text!r}: no such file; pass a pandera YAML file or module:attr"
             )
         frame, tensors = _load_yaml(path)
-        compiled = compile_schema(frame, str(path)) if frame is not None else CompiledSchema(str(path))
+        compiled = (
+            compile_schema(frame, str(path)) if frame is not None else CompiledSchema(str(path))
+        )
         return replace(compiled, tensors=tensors)
     if ":" in text:
         return compile_schema(_load_python(text), text)

@@ -181,8 +181,13 @@ class TrainingGuard:
 
     # -- the step --------------------------------------------------------------------------
 
-    def step(self, loss: torch.Tensor, *, indices: Sequence[int] | None = None,
-             sample_losses: torch.Tensor | None = None) -> StepResult:  # fmt: skip
+    def step(
+        self,
+        loss: torch.Tensor,
+        *,
+        indices: Sequence[int] | None = None,
+        sample_losses: torch.Tensor | None = None,
+    ) -> StepResult:
         """Check this step and step the optimizer (or not); returns what was done.
 
         Args:
@@ -280,8 +285,15 @@ class TrainingGuard:
                 r for r, v in enumerate(table.norms) if level and v >= cfg.grad_spike_factor * level
             )
             plan.ranks = ranks
-            plan.add("grad_spike", "warning", ranks=list(ranks), grad_norm=norm, level=level,
-                     factor=cfg.grad_spike_factor, clipped=clipped)  # fmt: skip
+            plan.add(
+                "grad_spike",
+                "warning",
+                ranks=list(ranks),
+                grad_norm=norm,
+                level=level,
+                factor=cfg.grad_spike_factor,
+                clipped=clipped,
+            )
         else:
             self._gnorm.push(norm)
         self._loss.push(loss)
@@ -295,8 +307,9 @@ class TrainingGuard:
 
     # -- sync-free mode ---------------------------------------------------------------------
 
-    def _step_on_device(self, step: int, loss: torch.Tensor, norm: torch.Tensor,
-                        hook_bad: torch.Tensor | None) -> StepResult:  # fmt: skip
+    def _step_on_device(
+        self, step: int, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
+    ) -> StepResult:
         """Decide on the device (non-finite, or loss >= factor x the last read-back level)."""
         cfg = self.config
         table = _dist.device_stats(self.world, loss, norm, hook_bad)
@@ -331,8 +344,15 @@ class TrainingGuard:
             self._record(step, plan, loss, norm, None, None, at=self.step_count)
             kinds += [e["kind"] for e in plan.events]
             ranks.update(plan.ranks)
-        result = StepResult(steps[-1], action if escalated else Action.DEFERRED, loss, norm,
-                            self.lr, tuple(kinds), tuple(sorted(ranks)))  # fmt: skip
+        result = StepResult(
+            steps[-1],
+            action if escalated else Action.DEFERRED,
+            loss,
+            norm,
+            self.lr,
+            tuple(kinds),
+            tuple(sorted(ranks)),
+        )
         if result.action is Action.STOP and self.config.raise_on_stop:
             raise TrainingStopped(self._stop_message)
         return result
@@ -405,11 +425,13 @@ class TrainingGuard:
 
     def _stop(self, step: int, plan: _Plan) -> None:
         plan.action = Action.STOP
-        msg = (f"datacheck guard stopped training at step {step}: {self._rollbacks} rollback(s) "
-               f"did not recover the run ({plan.events[0]['kind']} on rank(s) {list(plan.ranks)}); "
-               f"last good state: {self._snaps.location}. Restart from it with a lower learning "
-               f"rate, or inspect the data before step {step}"
-               + (f" (events in {self._log_path})." if self._log_path else "."))  # fmt: skip
+        msg = (
+            f"datacheck guard stopped training at step {step}: {self._rollbacks} rollback(s) "
+            f"did not recover the run ({plan.events[0]['kind']} on rank(s) {list(plan.ranks)}); "
+            f"last good state: {self._snaps.location}. Restart from it with a lower learning "
+            f"rate, or inspect the data before step {step}"
+            + (f" (events in {self._log_path})." if self._log_path else ".")
+        )
         plan.add("stop", "error", message=msg)
         self._stop_message = msg
 
@@ -447,7 +469,7 @@ class TrainingGuard:
                 "loss": list(self._loss.values),
                 "grad_norm": list(self._gnorm.values),
                 "lr_scale": self._lr_scale,
-            },  # fmt: skip
+            },
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -478,17 +500,39 @@ class TrainingGuard:
 
     # -- results and the log ---------------------------------------------------------------
 
-    def _finish(self, step: int, plan: _Plan, loss: float, norm: float,
-                indices: Sequence[int] | None, sample_losses: torch.Tensor | None) -> StepResult:  # fmt: skip
+    def _finish(
+        self,
+        step: int,
+        plan: _Plan,
+        loss: float,
+        norm: float,
+        indices: Sequence[int] | None,
+        sample_losses: torch.Tensor | None,
+    ) -> StepResult:
         self._record(step, plan, loss, norm, indices, sample_losses, at=step + 1)
-        result = StepResult(step, plan.action, loss, norm, self.lr,
-                            tuple(e["kind"] for e in plan.events), plan.ranks)  # fmt: skip
+        result = StepResult(
+            step,
+            plan.action,
+            loss,
+            norm,
+            self.lr,
+            tuple(e["kind"] for e in plan.events),
+            plan.ranks,
+        )
         if plan.action is Action.STOP and self.config.raise_on_stop:
             raise TrainingStopped(self._stop_message)
         return result
 
-    def _record(self, step: int, plan: _Plan, loss: float, norm: float,
-                indices: Sequence[int] | None, sample_losses: torch.Tensor | None, at: int) -> None:  # fmt: skip
+    def _record(
+        self,
+        step: int,
+        plan: _Plan,
+        loss: float,
+        norm: float,
+        indices: Sequence[int] | None,
+        sample_losses: torch.Tensor | None,
+        at: int,
+    ) -> None:
         """Snapshot bookkeeping and the log lines of one step (``at``: the data position now)."""
         if plan.action.stepped:
             self._after_healthy(at, plan)
@@ -500,13 +544,31 @@ class TrainingGuard:
             if self._quarantine is not None and bad[0].get("samples"):
                 self._quarantine.write(quarantine_records(bad[0]["samples"], step, self.world.rank))
         for event in plan.events:
-            self._write({"step": step, "rank": self.world.rank, "action": plan.action.value,
-                         "loss": loss, "grad_norm": norm, "lr": self.lr, **event,
-                         "hosts": [self.world.hosts[r] for r in event.get("ranks", [])]})  # fmt: skip
+            self._write(
+                {
+                    "step": step,
+                    "rank": self.world.rank,
+                    "action": plan.action.value,
+                    "loss": loss,
+                    "grad_norm": norm,
+                    "lr": self.lr,
+                    **event,
+                    "hosts": [self.world.hosts[r] for r in event.get("ranks", [])],
+                }
+            )
         every = self.config.log_every
         if every and step % every == 0:
-            self._write({"step": step, "rank": self.world.rank, "kind": "step", "action": plan.action.value,
-                         "loss": loss, "grad_norm": norm, "lr": self.lr})  # fmt: skip
+            self._write(
+                {
+                    "step": step,
+                    "rank": self.world.rank,
+                    "kind": "step",
+                    "action": plan.action.value,
+                    "loss": loss,
+                    "grad_norm": norm,
+                    "lr": self.lr,
+                }
+            )
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._log is not None:

@@ -115,8 +115,12 @@ def _summary_writer(log_dir: Path) -> Any:
     return SummaryWriter(log_dir=str(log_dir))
 
 
-def name_samples(indices: Sequence[int] | None, sample_losses: torch.Tensor | None,
-                  level: float | None, factor: float) -> dict[str, Any]:  # fmt: skip
+def name_samples(
+    indices: Sequence[int] | None,
+    sample_losses: torch.Tensor | None,
+    level: float | None,
+    factor: float,
+) -> dict[str, Any]:
     """Dataset indices behind a bad step: non-finite or spiking per-sample losses."""
     out: dict[str, Any] = {}
     idx = list(indices) if indices is not None else None
@@ -126,11 +130,17 @@ def name_samples(indices: Sequence[int] | None, sample_losses: torch.Tensor | No
         return out
     values = sample_losses.detach().float().reshape(-1).tolist()
     names = idx if idx is not None and len(idx) == len(values) else list(range(len(values)))
-    samples = [{"index": names[i], "check": "nonfinite_loss", "loss": v}
-               for i, v in enumerate(values) if not math.isfinite(v)]  # fmt: skip
+    samples = [
+        {"index": names[i], "check": "nonfinite_loss", "loss": v}
+        for i, v in enumerate(values)
+        if not math.isfinite(v)
+    ]
     if not samples and level:
-        samples = [{"index": names[i], "check": "loss_spike", "loss": v}
-                   for i, v in enumerate(values) if v >= factor * level]  # fmt: skip
+        samples = [
+            {"index": names[i], "check": "loss_spike", "loss": v}
+            for i, v in enumerate(values)
+            if v >= factor * level
+        ]
     out["samples"] = samples[:1000]
     return out
 
@@ -179,8 +189,17 @@ def quarantine_records(samples: list[dict[str, Any]], step: int, rank: int) -> l
     """Quarantine manifest rows for samples named by :func:`name_samples`."""
     now = datetime.now(timezone.utc).isoformat()
     return [
-        {"index": int(s["index"]), "check": s["check"], "severity": "error", "key": "loss",
-         "value": _json_safe(s["loss"]) if not math.isfinite(s["loss"]) else f"{s['loss']:.6g}",
-         "count": 1, "rank": rank, "epoch": 0, "step": step, "time": now}
+        {
+            "index": int(s["index"]),
+            "check": s["check"],
+            "severity": "error",
+            "key": "loss",
+            "value": _json_safe(s["loss"]) if not math.isfinite(s["loss"]) else f"{s['loss']:.6g}",
+            "count": 1,
+            "rank": rank,
+            "epoch": 0,
+            "step": step,
+            "time": now,
+        }
         for s in samples
-    ]  # fmt: skip
+    ]

@@ -108,8 +108,14 @@ class GuardConfig:
             raise UsageError(f"guard config: clip_norm={self.clip_norm!r} must be > 0 or None")
         if not 0.0 < self.lr_factor <= 1.0:
             raise UsageError(f"guard config: lr_factor={self.lr_factor!r} must be in (0, 1]")
-        for name in ("loss_window", "grad_window", "rollback_after", "max_rollbacks",
-                     "keep_checkpoints", "max_scaler_skips"):  # fmt: skip
+        for name in (
+            "loss_window",
+            "grad_window",
+            "rollback_after",
+            "max_rollbacks",
+            "keep_checkpoints",
+            "max_scaler_skips",
+        ):
             if getattr(self, name) < 1:
                 raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 1")
         for name in (

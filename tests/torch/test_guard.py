@@ -311,8 +311,14 @@ def test_rollback_from_disk_restores_the_snapshot(tmp_path):
     x, y, model = _regression()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     ckpt = tmp_path / "ckpt"
-    guard = TrainingGuard(model, opt, checkpoint_every=5, rollback_after=2, checkpoint_dir=str(ckpt),
-                          skip_after_rollback=3)  # fmt: skip
+    guard = TrainingGuard(
+        model,
+        opt,
+        checkpoint_every=5,
+        rollback_after=2,
+        checkpoint_dir=str(ckpt),
+        skip_after_rollback=3,
+    )
     for step, (_, xb, yb) in enumerate(_batches(x, y, 27)):
         if step in (23, 24):
             xb.fill_(float("inf"))
@@ -337,8 +343,9 @@ def test_lr_is_restored_after_stable_steps():
     x, y, model = _regression()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    guard = TrainingGuard(model, opt, scheduler=sched, rollback_after=1, lr_restore_after=3,
-                          checkpoint_every=0)  # fmt: skip
+    guard = TrainingGuard(
+        model, opt, scheduler=sched, rollback_after=1, lr_restore_after=3, checkpoint_every=0
+    )
     lrs = []
     for step, (_, xb, yb) in enumerate(_batches(x, y, 6)):
         loss = F.mse_loss(model(xb), yb) * (float("nan") if step == 1 else 1.0)
@@ -465,8 +472,15 @@ def test_rollback_restores_scheduler_and_scaler_from_disk(tmp_path):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.9)
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    guard = TrainingGuard(model, opt, scaler, scheduler=sched, checkpoint_every=3, rollback_after=2,
-                          checkpoint_dir=str(tmp_path))  # fmt: skip
+    guard = TrainingGuard(
+        model,
+        opt,
+        scaler,
+        scheduler=sched,
+        checkpoint_every=3,
+        rollback_after=2,
+        checkpoint_dir=str(tmp_path),
+    )
     for step, (_, xb, yb) in enumerate(_batches(x, y, 14)):
         loss = F.mse_loss(model(xb), yb) * (float("nan") if step in (12, 13) else 1.0)
         scaler.scale(loss).backward()

@@ -199,8 +199,11 @@ def test_loss_spike_on_one_rank_is_attributed_and_every_rank_stops_together(tmp_
         assert res["final"] == results[0]["final"]
     events = _events(tmp_path, 3)
     assert [e["kind"] for e in events if e["step"] >= NAN_STEP] == [
-        "loss_spike", "lr_reduced", "loss_spike", "stop"
-    ]  # fmt: skip
+        "loss_spike",
+        "lr_reduced",
+        "loss_spike",
+        "stop",
+    ]
 
 
 @pytest.mark.slow

@@ -20,9 +20,17 @@ from datacheck.torch._quarantine import COLUMNS, QuarantineWriter, quarantined_i
 
 def record(index: int, rank: int = 0, step: int = 0, check: str = "nan") -> dict:
     return {
-        "index": index, "check": check, "severity": "error", "key": "image", "value": "nan",
-        "count": 1, "rank": rank, "epoch": 0, "step": step, "time": "2024-05-01T12:00:00+00:00",
-    }  # fmt: skip
+        "index": index,
+        "check": check,
+        "severity": "error",
+        "key": "image",
+        "value": "nan",
+        "count": 1,
+        "rank": rank,
+        "epoch": 0,
+        "step": step,
+        "time": "2024-05-01T12:00:00+00:00",
+    }
 
 
 def test_records_of_every_rank_come_back_as_one_typed_frame(tmp_path):
@@ -33,8 +41,11 @@ def test_records_of_every_rank_come_back_as_one_typed_frame(tmp_path):
     df = read_quarantine(tmp_path)
     assert list(df.columns) == list(COLUMNS)
     assert df[["index", "rank", "step"]].values.tolist() == [
-        [20, 0, 1], [21, 1, 1], [10, 0, 2], [11, 1, 2]
-    ]  # fmt: skip
+        [20, 0, 1],
+        [21, 1, 1],
+        [10, 0, 2],
+        [11, 1, 2],
+    ]
     assert str(df["index"].dtype) == "int64" and str(df["count"].dtype) == "int32"
     assert isinstance(df["time"].dtype, pd.DatetimeTZDtype) and str(df["time"].dt.tz) == "UTC"
     assert df["check"].dtype == "string" and df["value"].dtype == "string"
@@ -96,8 +107,10 @@ def test_indices_from_scan_with_a_frame_a_mapping_or_a_function(scan_manifest):
     assert indices_from_scan(scan_manifest, mapping) == {1, 2}
     offsets = {"a.parquet": 0, "b.parquet": 1000}
     assert indices_from_scan(pd.read_parquet(scan_manifest), lambda p, r: offsets[p] + r) == {
-        4, 7, 1000
-    }  # fmt: skip
+        4,
+        7,
+        1000,
+    }
 
 
 def test_indices_from_scan_refuses_a_frame_without_path_and_row():

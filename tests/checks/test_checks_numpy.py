@@ -15,9 +15,7 @@ from datacheck.checks._rules import Allowed, Bound, ColumnRules, Range, default_
 floats = hnp.arrays(
     np.float64,
     st.integers(0, 60),
-    elements=st.one_of(
-        st.floats(-1e6, 1e6), st.just(np.nan), st.just(np.inf), st.just(-np.inf)
-    ),
+    elements=st.one_of(st.floats(-1e6, 1e6), st.just(np.nan), st.just(np.inf), st.just(-np.inf)),
 )
 
 

@@ -8,10 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datacheck.checks._numpy import RowMap, check_values
-from datacheck.checks._registry import BF16_MAX, FP16_MAX, Severity
+from datacheck.checks._registry import BF16_MAX, FP16_MAX, FP16_OVERFLOW, Severity
 from datacheck.checks._rules import Bound, ColumnRules, Range, default_rules
 from datacheck.checks._tensor import sample_hits
-from datacheck.checks._registry import FP16_OVERFLOW
 
 SPECIALS = [
     np.nan,

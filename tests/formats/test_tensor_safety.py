@@ -447,8 +447,11 @@ def test_whole_chunks_of_empty_rows_is_one_chunk() -> None:
     ]
     chunks = list(whole_chunks(sources, chunk_bytes=48))  # 4 rows of `v` per chunk
     assert [(c.row_offset, c.num_rows) for c in chunks] == [
-        (0, 4), (4, 4), (8, 2), (10, _HUGE - 10)
-    ]  # fmt: skip
+        (0, 4),
+        (4, 4),
+        (8, 2),
+        (10, _HUGE - 10),
+    ]
     assert np.array_equal(np.concatenate([c.tensors["v"] for c in chunks[:3]]), valued)
     assert sum(c.num_rows for c in chunks) == _HUGE
 

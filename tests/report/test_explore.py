@@ -209,9 +209,13 @@ def test_clean_copy_drops_flagged_rows_and_rescans_clean(
     dest = tmp_path / "clean"
     result = demo_report.clean_copy(dest)
     status = dict(zip(result["path"].str.rsplit("/", n=1).str[-1], result["status"], strict=True))
-    assert status == {"shard-000.parquet": "copied", "shard-001.parquet": "cleaned",
-                      "shard-002.parquet": "cleaned", "shard-003.csv": "cleaned",
-                      "shard-004.parquet": "skipped"}  # fmt: skip
+    assert status == {
+        "shard-000.parquet": "copied",
+        "shard-001.parquet": "cleaned",
+        "shard-002.parquet": "cleaned",
+        "shard-003.csv": "cleaned",
+        "shard-004.parquet": "skipped",
+    }
     assert list(result["rows_out"]) == [1000, 997, 996, 996, 0]
     assert (dest / "train" / "shard-000.parquet").read_bytes() == (
         demo_dir / "train" / "shard-000.parquet"
@@ -318,7 +322,8 @@ def test_clean_copy_and_flagged_rows_keep_text_integers_exact(tmp_path: Path) ->
     report = dc.scan(data, out=tmp_path / "rep")
     report.clean_copy(tmp_path / "out")
     assert (tmp_path / "out" / "a.csv").read_text().splitlines()[1:] == [
-        "1152921504606846977,0", "1152921504606846979,1",
+        "1152921504606846977,0",
+        "1152921504606846979,1",
     ]
     assert (tmp_path / "out" / "b.jsonl").read_text() == '{"tok": 0, "v": 1.0}\n'
     assert (tmp_path / "out" / "c.csv").read_text().splitlines()[1:] == ["1,1", "4,4"]

@@ -14,8 +14,8 @@ import pytest
 from conftest import site_set
 
 import datacheck
-from datacheck.errors import SchemaError
 from datacheck.checks._pandas import register_pandera_checks
+from datacheck.errors import SchemaError
 from datacheck.schema import load_schema
 
 register_pandera_checks()
@@ -24,8 +24,11 @@ register_pandera_checks()
 def _schema(**extra) -> pa_.DataFrameSchema:
     return pa_.DataFrameSchema(
         {
-            "x": pa_.Column("float64", checks=[pa_.Check.finite(), pa_.Check.max_abs(max_abs=10.0)],
-                            nullable=True),
+            "x": pa_.Column(
+                "float64",
+                checks=[pa_.Check.finite(), pa_.Check.max_abs(max_abs=10.0)],
+                nullable=True,
+            ),
             "y": pa_.Column("int64", checks=[pa_.Check.in_range(0, 9)], nullable=False),
             "s": pa_.Column("str", checks=[pa_.Check.str_matches(r"^ok")], nullable=True),
         },
@@ -76,12 +79,14 @@ def test_same_schema_validates_pandas_in_pandera(tmp_path: Path) -> None:
 
 def test_python_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mod = tmp_path / "my_schemas.py"
-    mod.write_text(textwrap.dedent("""
+    mod.write_text(
+        textwrap.dedent("""
         import pandera.pandas as pa
         from datacheck.checks import register_pandera_checks
         register_pandera_checks()
         train = pa.DataFrameSchema({"x": pa.Column(float, checks=[pa.Check.max_abs(max_abs=1.0)])})
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     compiled = load_schema("my_schemas:train")
     assert compiled.columns["x"].rules.bounds[0].max_abs == 1.0
@@ -89,7 +94,9 @@ def test_python_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_raise_warning_makes_a_warning(tmp_path: Path) -> None:
-    schema = pa_.DataFrameSchema({"y": pa_.Column("int64", checks=[pa_.Check.in_range(0, 5, raise_warning=True)])})
+    schema = pa_.DataFrameSchema(
+        {"y": pa_.Column("int64", checks=[pa_.Check.in_range(0, 5, raise_warning=True)])}
+    )
     p = tmp_path / "d.parquet"
     pd.DataFrame({"y": [1, 9]}).to_parquet(p)
     report = datacheck.scan(p, schema=schema, out=tmp_path / "o")
@@ -130,8 +137,11 @@ def test_hive_partition_keys_are_not_missing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("columns:\n  x:\n    dtype: float64\n    checks:\n    - min_value: 0\n      max_value: 1\n"
-         "      options:\n        check_name: in_rnage\n", "unknown check 'in_rnage' (did you mean 'in_range'?)"),
+        (
+            "columns:\n  x:\n    dtype: float64\n    checks:\n    - min_value: 0\n      max_value: 1\n"
+            "      options:\n        check_name: in_rnage\n",
+            "unknown check 'in_rnage' (did you mean 'in_range'?)",
+        ),
         ("columns: [\n", "invalid YAML"),
         ("- just a list\n", "expected a YAML mapping"),
         ("schema_type: dataframe\n", "no 'columns' mapping"),
@@ -155,7 +165,7 @@ def test_unloadable_schema_specs(spec: str) -> None:
 
 
 def test_example_schemas_in_repo_load() -> None:
-    root = Path(__file__).resolve().parents[1] / "schemas"
+    root = Path(__file__).resolve().parents[2] / "schemas"
     files = sorted(root.glob("*.yaml"))
     assert files, "schemas/ should hold example schemas"
     for f in files:
@@ -182,8 +192,9 @@ def test_binary_file_as_schema_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_strict_schema_and_a_pandas_index_column(tmp_path: Path) -> None:
     """pandas stores a named index as a column; pandera validates it as the index."""
-    schema = pa_.DataFrameSchema({"x": pa_.Column("float64")}, index=pa_.Index("int64", name="id"),
-                                 strict=True)
+    schema = pa_.DataFrameSchema(
+        {"x": pa_.Column("float64")}, index=pa_.Index("int64", name="id"), strict=True
+    )
     df = pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([7, 8], name="id"))
     p = tmp_path / "d.parquet"
     df.to_parquet(p)

@@ -82,10 +82,13 @@ def test_list_column_profiles_elements_and_counts_null_rows() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    hnp.arrays(np.float64, st.integers(1, 400),
-               elements=st.floats(-1e12, 1e12, allow_nan=False, allow_subnormal=False)),
+    hnp.arrays(
+        np.float64,
+        st.integers(1, 400),
+        elements=st.floats(-1e12, 1e12, allow_nan=False, allow_subnormal=False),
+    ),
     st.lists(st.integers(0, 400), max_size=5),
-)  # fmt: skip
+)
 def test_merge_equals_one_pass(x: np.ndarray, cuts: list[int]) -> None:
     parts = np.split(x, sorted(set(c for c in cuts if c < x.size)))
     merged = merge_profiles([{"c": _profile([part])} for part in parts])["c"]
@@ -118,9 +121,14 @@ def test_sketch_quantiles_within_stated_error(kind: str) -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(hnp.arrays(np.float64, st.integers(1, 300),
-                  elements=st.floats(-1e300, 1e300, allow_nan=False, allow_subnormal=False)),
-       st.floats(0, 1))  # fmt: skip
+@given(
+    hnp.arrays(
+        np.float64,
+        st.integers(1, 300),
+        elements=st.floats(-1e300, 1e300, allow_nan=False, allow_subnormal=False),
+    ),
+    st.floats(0, 1),
+)
 def test_sketch_quantile_property(x: np.ndarray, q: float) -> None:
     _assert_quantiles(x, LogSketch.of(x), np.array([q]))
 
@@ -177,12 +185,19 @@ def test_scan_writes_profile_json_matching_numpy(tmp_path: Path) -> None:
 def test_split_file_profiles_like_one_pass(tmp_path: Path) -> None:
     """A file split into row-group units merges to the same profile as one unit."""
     x = np.random.default_rng(6).standard_normal(600_000)
-    pq.write_table(pa.table({"x": x}), tmp_path / "big.parquet", row_group_size=50_000,
-                   compression="none")  # fmt: skip
-    split = datacheck.scan(tmp_path / "big.parquet", out=tmp_path / "a", profile=True,
-                           unit_bytes=1 << 20, executor="inprocess")  # fmt: skip
-    whole = datacheck.scan(tmp_path / "big.parquet", out=tmp_path / "b", profile=True,
-                           executor="inprocess")  # fmt: skip
+    pq.write_table(
+        pa.table({"x": x}), tmp_path / "big.parquet", row_group_size=50_000, compression="none"
+    )
+    split = datacheck.scan(
+        tmp_path / "big.parquet",
+        out=tmp_path / "a",
+        profile=True,
+        unit_bytes=1 << 20,
+        executor="inprocess",
+    )
+    whole = datacheck.scan(
+        tmp_path / "big.parquet", out=tmp_path / "b", profile=True, executor="inprocess"
+    )
     a = json.loads((split.dir / "profile.json").read_text())["columns"]["x"]
     b = json.loads((whole.dir / "profile.json").read_text())["columns"]["x"]
     assert a["quantiles"] == b["quantiles"] and a["rows"] == b["rows"] == x.size
@@ -203,8 +218,17 @@ def test_cli_scan_profile_flag(tmp_path: Path) -> None:
 
     x = np.random.default_rng(7).standard_normal(500)
     pq.write_table(pa.table({"x": x}), tmp_path / "a.parquet")
-    cmd = [sys.executable, "-m", "datacheck", "scan", str(tmp_path / "a.parquet"), "--profile",
-           "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "datacheck",
+        "scan",
+        str(tmp_path / "a.parquet"),
+        "--profile",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     doc = json.loads((tmp_path / "out" / "profile.json").read_text())
@@ -246,7 +270,8 @@ def test_profiling_does_not_change_value_findings(tmp_path: Path, seed: int) -> 
     table = table.append_column("emb", pa.FixedSizeListArray.from_arrays(pa.array(emb), 4))
     pq.write_table(table, tmp_path / "p.parquet", row_group_size=700)
     plain = datacheck.scan(tmp_path / "p.parquet", out=tmp_path / "a", executor="inprocess")
-    prof = datacheck.scan(tmp_path / "p.parquet", out=tmp_path / "b", executor="inprocess",
-                          profile=True)  # fmt: skip
+    prof = datacheck.scan(
+        tmp_path / "p.parquet", out=tmp_path / "b", executor="inprocess", profile=True
+    )
     extra = {(1, "emb", "nan"), (1000, "emb", "extreme")}
     assert site_set(plain.findings) == site_set(prof.findings) == expected | extra

@@ -77,8 +77,11 @@ def _assert_matches_report_json(cells: _Cells, report_dir: Path) -> None:
     s = doc["summary"]
     (summary,) = [r for r in cells.rows["summary"] if "files" in r]
     assert {k: int(v) for k, v in summary.items() if k != "class"} == {
-        "files": s["files"], "rows": s["rows"], "bytes": s["bytes"], **s["status"]
-    }  # fmt: skip
+        "files": s["files"],
+        "rows": s["rows"],
+        "bytes": s["bytes"],
+        **s["status"],
+    }
     checks = {r["data-check"]: r for r in cells.rows["checks"] if "data-check" in r}
     assert set(checks) == set(s["sites"])
     for check, by_sev in s["sites"].items():
@@ -126,8 +129,20 @@ def test_repr_html_is_a_fragment_with_the_summary(demo_report: dc.Report) -> Non
 
 def test_cli_scan_html_and_report_subcommand(demo_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "datacheck", "scan", str(demo_dir), "--schema",
-           str(demo_dir / "schema.yaml"), "--out", str(out), "--html", "--format", "json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "datacheck",
+        "scan",
+        str(demo_dir),
+        "--schema",
+        str(demo_dir / "schema.yaml"),
+        "--out",
+        str(out),
+        "--html",
+        "--format",
+        "json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["files"] == 5  # stdout stays pure JSON
@@ -139,16 +154,30 @@ def test_cli_scan_html_and_report_subcommand(demo_dir: Path, tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert "scanned 5 files (1 ok, 3 flagged, 1 corrupt)" in proc.stdout
     assert f"html:       {dest}" in proc.stdout and dest.exists()
-    proc = subprocess.run([sys.executable, "-m", "datacheck", "report", str(tmp_path / "nope"), "--html"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "datacheck", "report", str(tmp_path / "nope"), "--html"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "no report.json" in proc.stderr
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-           "--host-resolver-rules=MAP * ~NOTFOUND", *args]  # fmt: skip
+    cmd = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 

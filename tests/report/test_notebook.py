@@ -14,7 +14,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "explore_flagged_shards.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "explore_flagged_shards.ipynb"
 
 
 def test_notebook_is_committed_without_outputs() -> None:

@@ -13,15 +13,26 @@ from datacheck.cli import ExitCode, main
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "datacheck", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "datacheck", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_demo_then_scan_gates_with_exit_1(tmp_path: Path) -> None:
     r = run("demo", str(tmp_path / "demo"))
     assert r.returncode == 0, r.stderr
-    r = run("scan", str(tmp_path / "demo"), "--schema", str(tmp_path / "demo" / "schema.yaml"),
-            "--out", str(tmp_path / "rep"))
+    r = run(
+        "scan",
+        str(tmp_path / "demo"),
+        "--schema",
+        str(tmp_path / "demo" / "schema.yaml"),
+        "--out",
+        str(tmp_path / "rep"),
+    )
     assert r.returncode == ExitCode.FINDINGS, r.stderr
     assert "scanned 5 files (1 ok, 3 flagged, 1 corrupt), 4,000 rows" in r.stdout
     for check in ("nan", "inf", "extreme", "null", "out_of_range", "corrupt"):
@@ -34,7 +45,9 @@ def test_demo_then_scan_gates_with_exit_1(tmp_path: Path) -> None:
 
 def test_clean_data_exits_0(tmp_path: Path) -> None:
     run("demo", str(tmp_path / "demo"))
-    r = run("scan", str(tmp_path / "demo" / "train" / "shard-000.parquet"), "--out", str(tmp_path / "o"))
+    r = run(
+        "scan", str(tmp_path / "demo" / "train" / "shard-000.parquet"), "--out", str(tmp_path / "o")
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout
 
@@ -66,12 +79,17 @@ def test_json_summary_on_stdout(demo_dir: Path, tmp_path: Path) -> None:
         (["scan", ".", "--fail-on", "sometimes"], "invalid choice"),
         (["scan", ".", "--workers", "0"], "workers must be >= 1"),
         (["scan"], "required"),
-        (["scan", "data.csv", "--out", "/proc/datacheck-cannot-write-here"], "pass a writable folder"),
+        (
+            ["scan", "data.csv", "--out", "/proc/datacheck-cannot-write-here"],
+            "pass a writable folder",
+        ),
         (["scan", "empty"], "no data files found"),
         (["frobnicate"], "invalid choice"),
     ],
 )
-def test_user_errors_are_one_line_exit_2(args: list[str], needle: str | None, tmp_path: Path) -> None:
+def test_user_errors_are_one_line_exit_2(
+    args: list[str], needle: str | None, tmp_path: Path
+) -> None:
     if needle is None:
         bad = tmp_path / "bad.yaml"
         bad.write_text("columns: [\n")
@@ -98,3 +116,29 @@ def test_help_and_version_exit_0() -> None:
     assert run("--help").returncode == 0
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith("datacheck ")
+
+
+def test_a_bug_inside_datacheck_is_exit_3_with_one_line_naming_the_traceback_log(
+    tmp_path: Path,
+) -> None:
+    """A crash is not 'findings' (1) nor 'bad usage' (2): a CI gate can tell them apart."""
+    code = (
+        "import sys\n"
+        "import datacheck.cli._demo as demo\n"
+        "def broken(args):\n"
+        "    raise RuntimeError('planted bug\\nsecond line')\n"
+        "demo._run_demo = broken\n"
+        "from datacheck.cli import main\n"
+        f"sys.exit(main(['demo', {str(tmp_path / 'd')!r}]))\n"
+    )
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert r.returncode == ExitCode.INTERNAL == 3
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert lines[0].startswith("datacheck: internal error: RuntimeError: planted bug second line")
+    log = Path(lines[0].rsplit(" ", 1)[-1])
+    assert log.parent == tmp_path and "planted bug" in log.read_text()
+    assert "Traceback" in log.read_text()

@@ -35,8 +35,12 @@ def test_row_index_is_exact_across_chunks(tmp_path: Path, fmt: str) -> None:
     x = np.zeros(rows)
     bad = [0, 1023, 1024, 2500, 4999]
     x[bad] = np.nan
-    path = write_table(pa.table({"x": x}), tmp_path / f"d{EXT[fmt]}", fmt, **(
-        {"row_group_size": 1024} if fmt == "parquet" else {}))
+    path = write_table(
+        pa.table({"x": x}),
+        tmp_path / f"d{EXT[fmt]}",
+        fmt,
+        **({"row_group_size": 1024} if fmt == "parquet" else {}),
+    )
     (unit,) = plan_units([(str(path), str(tmp_path))])
     res = scan_unit(unit, None, None, options={"block_bytes": 4096})
     assert res.rows == rows
@@ -48,8 +52,15 @@ def test_csv_spellings_of_nan_and_inf(tmp_path: Path) -> None:
     path.write_text("x\n1.0\ninf\n-inf\n1e309\nnan\nNaN\n-nan\nNA\n2.5\n")
     report = datacheck.scan(path, out=tmp_path / "o")
     got = site_set(report.findings)
-    assert got == {(1, "x", "inf"), (2, "x", "inf"), (3, "x", "inf"), (4, "x", "nan"),
-                   (5, "x", "nan"), (6, "x", "nan"), (7, "x", "null")}
+    assert got == {
+        (1, "x", "inf"),
+        (2, "x", "inf"),
+        (3, "x", "inf"),
+        (4, "x", "nan"),
+        (5, "x", "nan"),
+        (6, "x", "nan"),
+        (7, "x", "null"),
+    }
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow", "jsonl"])
@@ -67,7 +78,9 @@ def test_nested_embedding_columns_are_checked_element_by_element(
     if kind == "fixed" and fmt != "jsonl":
         col = pa.FixedSizeListArray.from_arrays(flat, width)
     else:
-        col = pa.ListArray.from_arrays(pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32)), flat)
+        col = pa.ListArray.from_arrays(
+            pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32)), flat
+        )
     path = write_table(pa.table({"emb": col}), tmp_path / f"e{EXT[fmt]}", fmt)
     report = datacheck.scan(path, out=tmp_path / "o")
     f = report.findings
@@ -143,8 +156,17 @@ def _make_corrupt(kind: str, d: Path) -> Path:
     return p
 
 
-CORRUPT_KINDS = ["zero_bytes", "wrong_magic", "truncated", "page_checksum", "csv_ragged",
-                 "csv_undecodable", "jsonl_broken", "arrow_truncated", "unknown_format"]
+CORRUPT_KINDS = [
+    "zero_bytes",
+    "wrong_magic",
+    "truncated",
+    "page_checksum",
+    "csv_ragged",
+    "csv_undecodable",
+    "jsonl_broken",
+    "arrow_truncated",
+    "unknown_format",
+]
 
 
 @pytest.mark.parametrize("kind", CORRUPT_KINDS)
@@ -229,7 +251,11 @@ def test_schema_int_column_holding_nan_is_checked_not_corrupt(tmp_path: Path, fm
     if fmt == "csv":
         p.write_text("label\n" + "\n".join("nan" if r is None else str(r) for r in rows) + "\n")
     else:
-        p.write_text("".join(json.dumps({"label": r if r is not None else float("nan")}) + "\n" for r in rows))
+        p.write_text(
+            "".join(
+                json.dumps({"label": r if r is not None else float("nan")}) + "\n" for r in rows
+            )
+        )
     report = datacheck.scan(p, schema=schema, out=tmp_path / "o")
     assert site_set(report.findings) == {(2, "label", "nan"), (3, "label", "out_of_range")}
     assert report.data["files"][0]["status"] == "flagged"
@@ -264,18 +290,24 @@ def test_tab_separation_is_decided_by_the_file_name_only(tmp_path: Path) -> None
     (d / "data.tsv.gz").write_bytes(__import__("gzip").compress(b"a\tb\n1\tinf\n"))
     report = datacheck.scan(d, out=tmp_path / "o")
     assert {(Path(r.path).name, r.column, r.check) for r in report.findings.itertuples()} == {
-        ("data.csv", "b", "nan"), ("data.tsv.gz", "b", "inf"),
+        ("data.csv", "b", "nan"),
+        ("data.tsv.gz", "b", "inf"),
     }
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow", "jsonl"])
 def test_struct_and_list_of_struct_fields_are_checked(tmp_path: Path, fmt: str) -> None:
-    t = pa.table({
-        "s": pa.array([{"a": 1.0}, {"a": float("inf")}, {"a": float("nan")}]),
-        "ls": pa.array([[{"a": 1.0}], [{"a": 2.0}, {"a": float("nan")}], [{"a": 1e6}]]),
-    })
+    t = pa.table(
+        {
+            "s": pa.array([{"a": 1.0}, {"a": float("inf")}, {"a": float("nan")}]),
+            "ls": pa.array([[{"a": 1.0}], [{"a": 2.0}, {"a": float("nan")}], [{"a": 1e6}]]),
+        }
+    )
     path = write_table(t, tmp_path / f"st{EXT[fmt]}", fmt)
     report = datacheck.scan(path, out=tmp_path / "o")
     assert site_set(report.findings) == {
-        (1, "s.a", "inf"), (2, "s.a", "nan"), (1, "ls.a", "nan"), (2, "ls.a", "extreme"),
+        (1, "s.a", "inf"),
+        (2, "s.a", "nan"),
+        (1, "ls.a", "nan"),
+        (2, "ls.a", "extreme"),
     }

@@ -125,8 +125,20 @@ def _cli(*args: str, **kw) -> subprocess.CompletedProcess[str]:
 
 def _scan_cmd(shards: Path, out: Path, executor: str = "distributed") -> list[str]:
     """``datacheck scan`` on the shards with 2 local workers, as a command line."""
-    return [sys.executable, "-m", "datacheck", "scan", str(shards), "--executor", executor,
-            "--workers", "2", "--out", str(out), "--no-progress"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "datacheck",
+        "scan",
+        str(shards),
+        "--executor",
+        executor,
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
 
 
 def test_cli_scheduler_address(
