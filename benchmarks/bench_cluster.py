@@ -29,7 +29,6 @@ shows the most any parallel scan could gain on the machine at that moment.  Resu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _harness import Table, write_results
 
 FEATURES = 16
 EMBED = 32
@@ -211,9 +211,17 @@ def main() -> None:
         "mb_per_cpu_second": round(size / 1e6 / measured["inprocess-1t"][1], 1),
         "noop_tasks_per_s": round(1000 / times["noop-1000-tasks"]),
     }
-    res_dir = Path(__file__).parent / "results"
-    res_dir.mkdir(exist_ok=True)
-    (res_dir / "cluster.json").write_text(json.dumps(result, indent=1) + "\n")
+    table = Table(["measure", "value"], title="scan on dask.distributed")
+    table.rows += [
+        ["speed-up, 2 vs 1 workers", result["speedup_2_vs_1_workers"]],
+        ["control: CPU burn, 2 vs 1 processes", result["control_speedup_2_vs_1_processes"]],
+        ["dask overhead on 1 worker (warm)", result["overhead_dask1_vs_inprocess_1thread"]],
+        [
+            "dask overhead on 1 worker (incl. start)",
+            result["overhead_cold_dask1_vs_inprocess_1thread"],
+        ],
+    ]
+    write_results("cluster", result, table=table, params=vars(args))
     for k, (wall, used) in measured.items():
         print(f"{k:>14}: {wall:7.2f} s wall, {used:7.2f} s CPU")
     print(f"load average: {result['load_average_after']} on {os.cpu_count()} cores")

@@ -20,6 +20,7 @@ import statistics
 import time
 
 import torch
+from _harness import write_results
 from torch.utils.data import DataLoader, Dataset
 
 from datacheck.torch import GuardedLoader
@@ -170,6 +171,7 @@ def main() -> None:
         "loader": [loader_ratio(kind, args) for kind in ("decode", "stored")],
     }
     print(json.dumps(result, indent=2))
+    write_results(f"loader-{args.device}", result, params=vars(args))
 
 
 if __name__ == "__main__":

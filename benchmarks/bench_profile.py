@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _harness import Table, write_results
 
 FEATURES = 12
 EMBED = 8
@@ -141,6 +142,19 @@ def main() -> None:
     print(json.dumps({k: v for k, v in result.items() if k != "seconds"}))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+    table = Table(
+        ["variant", "best s", "× default (best)", "× default (median)"], title="profiles and drift"
+    )
+    for name in times:
+        table.rows.append(
+            [name, best[name], best[name] / best["default"], median[name] / median["default"]]
+        )
+    write_results(
+        f"profile-w{args.workers}",
+        result,
+        table=table,
+        params={k: str(v) for k, v in vars(args).items()},
+    )
 
 
 if __name__ == "__main__":

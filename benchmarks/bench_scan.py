@@ -2,7 +2,8 @@
 
 Generates ~1.5 GB of Parquet (8 shards; 16 float32 columns, an int64 column and a 32-wide
 float32 embedding column; row groups of 256k rows), then, in ONE run, times each variant in a
-fresh subprocess (wall time and peak RSS from ``ru_maxrss``) and prints ratios to the floor:
+fresh subprocess (the shared harness, ``_harness.py``: wall time and the child's own peak RSS)
+and prints ratios to the floor:
 
 1. floor:    pyarrow reads every row group and does nothing else;
 2. datacheck: ``datacheck.scan`` with default checks, one worker (in-process);
@@ -11,7 +12,7 @@ fresh subprocess (wall time and peak RSS from ``ru_maxrss``) and prints ratios t
 5. nan10:    datacheck on a shard where 10% of values are NaN, against its clean twin.
 
 Each variant runs ``--repeat`` times (default 3), interleaved, and the fastest run counts (warm
-page cache).  Peak RSS is the child's own VmHWM.
+page cache).  Peak RSS is the child's own VmHWM.  Results: ``benchmarks/results/scan.json``.
 
     python benchmarks/bench_scan.py                  # full size (~1.5 GB, a few minutes)
     python benchmarks/bench_scan.py --rows 200000    # smoke run
@@ -21,17 +22,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import resource
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _harness import Table, child_main, interleaved, write_results
 
 ROW_GROUP = 256 * 1024
 FEATURES = 16
@@ -114,40 +111,17 @@ def v_pandera(paths: list[str]) -> None:
             schema.validate(df, lazy=True)
 
 
-VARIANTS = {"floor": v_floor, "datacheck": v_datacheck, "pandas": v_pandas, "pandera": v_pandera}
-
-
-def _child(variant: str, paths: list[str]) -> None:
-    start = time.perf_counter()
-    VARIANTS[variant](paths)
-    seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "rss": _peak_rss()}))
-
-
-def _peak_rss() -> int:
-    """This process's own peak RSS (VmHWM).  ``ru_maxrss`` is not used: on Linux it carries
-    the parent's peak across exec, and the parent here just generated the data."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def measure(variant: str, paths: list[str], repeat: int) -> dict[str, float]:
-    best: dict[str, float] | None = None
-    for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", variant, *paths],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        res = json.loads(out.stdout.strip().splitlines()[-1])
-        if best is None or res["seconds"] < best["seconds"]:
-            best = res
-    assert best is not None
-    return best
+VARIANTS = {
+    "floor": v_floor,
+    "datacheck": v_datacheck,
+    "pandas": v_pandas,
+    "pandera": v_pandera,
+    # the 10%-NaN shard against its clean twin (the paths are given to the child)
+    "nan10-clean": lambda paths: v_datacheck(
+        [str(Path(paths[0]) / "nan10" / "shard-clean.parquet")]
+    ),
+    "nan10-nan": lambda paths: v_datacheck([str(Path(paths[0]) / "nan10" / "shard-nan.parquet")]),
+}
 
 
 def main() -> None:
@@ -158,11 +132,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=960_000, help="rows per shard")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        _child(args.child[0], args.child[1:])
-        return
     root = Path(args.data)
     generate(root, args.rows, args.shards)
     paths = sorted(str(p) for p in (root / "clean").glob("*.parquet"))
@@ -172,29 +142,39 @@ def main() -> None:
         f"dataset: {len(paths)} shards, {size / 1e9:.2f} GB on disk, "
         f"{args.rows:,} rows each; one row group = {rg_bytes / 1e6:.0f} MB in memory"
     )
-    results: dict[str, dict[str, float]] = {}
-    for _ in range(args.repeat):  # interleaved rounds: load changes hit every variant alike
-        for v in VARIANTS:
-            r = measure(v, paths, 1)
-            if v not in results or r["seconds"] < results[v]["seconds"]:
-                results[v] = r
-    floor = results["floor"]["seconds"]
-    print("\n| variant | seconds | × floor | peak RSS (MB) |\n|---|---:|---:|---:|")
-    for v, r in results.items():
-        print(f"| {v} | {r['seconds']:.2f} | {r['seconds'] / floor:.2f} | {r['rss'] / 1e6:.0f} |")
-    nan_dir = root / "nan10"
-    clean = nan = None
-    for _ in range(args.repeat):
-        c = measure("datacheck", [str(nan_dir / "shard-clean.parquet")], 1)
-        n = measure("datacheck", [str(nan_dir / "shard-nan.parquet")], 1)
-        clean = c if clean is None or c["seconds"] < clean["seconds"] else clean
-        nan = n if nan is None or n["seconds"] < nan["seconds"] else nan
-    assert clean is not None and nan is not None
-    print(
-        f"\n10% NaN shard: {nan['seconds']:.2f} s vs clean twin {clean['seconds']:.2f} s "
-        f"-> {nan['seconds'] / clean['seconds']:.2f}× (RSS {nan['rss'] / 1e6:.0f} MB)"
+    load = os.getloadavg()
+    main_variants = ["floor", "datacheck", "pandas", "pandera"]
+    best = interleaved(__file__, main_variants, paths, args.repeat)
+    nan = interleaved(__file__, ["nan10-clean", "nan10-nan"], [str(root)], args.repeat)
+    floor = best["floor"]["seconds"]
+    table = Table(
+        ["variant", "seconds", "× floor", "peak RSS (MB)"], title="scan, in-process, one worker"
+    )
+    for v in main_variants:
+        r = best[v]
+        table.rows.append([v, r["seconds"], r["seconds"] / floor, r["rss_mb"]])
+    ratio = nan["nan10-nan"]["seconds"] / nan["nan10-clean"]["seconds"]
+    table.rows.append(
+        [
+            "10%-NaN shard × its clean twin",
+            nan["nan10-nan"]["seconds"],
+            ratio,
+            nan["nan10-nan"]["rss_mb"],
+        ]
+    )
+    write_results(
+        "scan",
+        {
+            **best,
+            **nan,
+            "nan10_ratio": ratio,
+            "datacheck_x_floor": best["datacheck"]["seconds"] / floor,
+        },
+        table=table,
+        params={"rows": args.rows, "shards": args.shards, "repeat": args.repeat, "bytes": size},
+        load_before=load,
     )
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and not child_main(VARIANTS):
     main()

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _harness import Table, write_results
 
 SAMPLE_SHAPE = (3, 64, 64)
 SAMPLE_BYTES = 4 * 3 * 64 * 64
@@ -175,6 +176,21 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(result))
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=2))
+        table = Table(
+            ["variant", "seconds", "× floor", "peak RSS (MiB)"], title="tensor scan (.npy)"
+        )
+        for name, key in (
+            ("floor: np.load(mmap) + isfinite", "floor"),
+            ("datacheck scan", "scan"),
+            ("readers + checks", "units"),
+        ):
+            v = result[key]
+            table.rows.append(
+                [name, v["seconds"], v["seconds"] / result["floor"]["seconds"], v["vmhwm_mb"]]
+            )
+        write_results(
+            "tensor", result, table=table, params={k: str(v) for k, v in vars(args).items()}
+        )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

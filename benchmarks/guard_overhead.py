@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 import torch
+from _harness import Table, write_results
 
 from datacheck.torch import TrainingGuard
 
@@ -108,27 +109,31 @@ def main() -> None:
         for v, rs in rec.items()
     }
     paired = [g[0] - p[0] for g, p in zip(rec["guard"], rec["plain"], strict=True)]
-    print(
-        json.dumps(
-            {
-                "device": a.device,
-                "width": a.width,
-                "depth": a.depth,
-                "batch": a.batch,
-                "steps": a.steps,
-                "threads": torch.get_num_threads(),
-                "sync_every": a.sync_every,
-                **med,
-                "overhead_pct": 100 * statistics.median(paired) / med["plain"]["step_ms"] * 1e3,
-                "host_syncs_per_step": (
-                    {v: sum(r[2] for r in rs) / len(rs) for v, rs in rec.items()}
-                    if a.device == "cuda"
-                    else "not counted on CPU"
-                ),
-            },
-            indent=1,
-        )
+    result = {
+        "device": a.device,
+        "width": a.width,
+        "depth": a.depth,
+        "batch": a.batch,
+        "steps": a.steps,
+        "threads": torch.get_num_threads(),
+        "sync_every": a.sync_every,
+        **med,
+        "overhead_pct": 100 * statistics.median(paired) / med["plain"]["step_ms"] * 1e3,
+        "host_syncs_per_step": (
+            {v: sum(r[2] for r in rs) / len(rs) for v, rs in rec.items()}
+            if a.device == "cuda"
+            else "not counted on CPU"
+        ),
+    }
+    print(json.dumps(result, indent=1))
+    table = Table(
+        ["variant", "step ms (median)", "update ms (median)"],
+        title=f"TrainingGuard overhead ({a.device})",
     )
+    for v in ("plain", "guard"):
+        table.rows.append([v, med[v]["step_ms"], med[v]["update_ms"]])
+    table.rows.append(["overhead %", result["overhead_pct"], ""])
+    write_results(f"guard-overhead-{a.device}", result, table=table, params=vars(a))
 
 
 if __name__ == "__main__":
