@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datacheck._jsonl import read_records
 from datacheck.errors import InputError
 
 __all__ = ["History", "Timeline", "analyze", "read_history", "render_text"]
@@ -127,22 +128,11 @@ def _parse_text_line(line: str) -> dict[str, Any]:
 
 def _rows_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows, events = [], []
-    with path.open(encoding="utf-8") as fh:
-        lines = fh.readlines()
-    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if n == last:  # torn by a crash mid-write
-                break
-            raise InputError(
-                f"'{path}', line {n}: not JSON ({exc.msg}); is it a text log?"
-            ) from exc
-        if not isinstance(rec, dict):
-            continue
+    try:
+        records = read_records(path)  # a torn last line (a crash mid-write) is dropped
+    except InputError as exc:
+        raise InputError(f"{exc}; is it a text log?") from exc
+    for rec in records:
         if rec.get("kind") not in (None, "step"):
             events.append(rec)
         rows.append(_drop_overflow({_norm_key(k): v for k, v in _flatten(rec).items()}))

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from datacheck import findings as fnd
+from datacheck._jsonl import JsonlWriter, read_records
 from datacheck.engine._unit import UnitResult
 from datacheck.errors import UsageError
 from datacheck.formats import WorkUnit
@@ -56,22 +56,22 @@ class Journal:
         self.parts = parts
         self._fingerprint = json.loads(json.dumps(fingerprint, default=str))
         self._done: dict[str, UnitResult] = {}
-        self._synced = 0.0
         if resume and self.path.exists():
             self._done = self._load()
         else:
             shutil.rmtree(parts, ignore_errors=True)
         parts.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists() or not resume
-        self._fh: IO[str] = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        self._writer = JsonlWriter(
+            self.path, fresh=fresh, fsync=_FSYNC_EVERY_S, default=str, nan_as_text=False
+        )
         if fresh:
             self._write({"journal": _VERSION, "scan": self._fingerprint})
 
     def _load(self) -> dict[str, UnitResult]:
         done: dict[str, UnitResult] = {}
-        with open(self.path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-        header = _parse(lines[0]) if lines else None
+        records = read_records(self.path, skip_bad=True)  # a damaged line: rescan that unit
+        header = records[0] if records else None
         if not header or header.get("journal") != _VERSION:
             return done
         if header.get("scan") != self._fingerprint:
@@ -80,10 +80,7 @@ class Journal:
                 f"({header.get('scan')}); rerun without --resume, or with the same inputs, "
                 "schema and --unit-mb"
             )
-        for line in lines[1:]:
-            entry = _parse(line)
-            if entry is None:  # torn write at the moment of the interruption
-                continue
+        for entry in records[1:]:
             res = self._result(entry)
             if res is not None:
                 done[res.key] = res
@@ -118,19 +115,11 @@ class Journal:
         self._write(entry)
 
     def _write(self, entry: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(entry, separators=(",", ":"), default=str) + "\n")
-        self._fh.flush()  # in the OS now: survives Ctrl-C, SIGTERM, SIGKILL of this process
-        if time.monotonic() - self._synced >= _FSYNC_EVERY_S:
-            self._sync()
-
-    def _sync(self) -> None:
-        os.fsync(self._fh.fileno())
-        self._synced = time.monotonic()
+        # flushed: survives Ctrl-C, SIGTERM, SIGKILL of this process; fsync'ed once a second
+        self._writer.write([entry])
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._sync()
-            self._fh.close()
+        self._writer.close()
 
     def finish(self) -> None:
         """The scan is complete and its manifest written: drop the journal and the parts."""
@@ -142,11 +131,3 @@ class Journal:
 def _fields_of(res: UnitResult) -> dict[str, Any]:
     """The result's fields without deep-copying its findings table."""
     return {f.name: getattr(res, f.name) for f in fields(res) if f.name != "table"}
-
-
-def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None
-    return entry if isinstance(entry, dict) else None

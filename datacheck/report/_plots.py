@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datacheck._jsonl import read_records
 from datacheck.errors import InputError, UsageError
 
 if TYPE_CHECKING:
@@ -365,16 +364,6 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("step"), (int, float)):
-        return None
-    return rec
-
-
 def read_guard_log(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """A JSON Lines training/guard log as (per-step loss, grad_norm, lr; event records).
 
@@ -388,12 +377,13 @@ def read_guard_log(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[dic
     import pandas as pd
 
     try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        recs = [
+            r for r in read_records(path, skip_bad=True) if isinstance(r.get("step"), (int, float))
+        ]
     except OSError as exc:
         raise InputError(
             f"log {os.fspath(path)!r}: {exc.strerror or exc}; pass the TrainingGuard's log= file"
         ) from exc
-    recs = [r for r in map(_parse, lines) if r is not None]
     if not recs:
         raise InputError(f"log {os.fspath(path)!r}: no JSON record with a 'step'")
     events = [r for r in recs if str(r.get("kind") or r.get("event") or "step") != "step"]

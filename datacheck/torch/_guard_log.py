@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from datacheck._jsonl import JsonlWriter, json_safe, read_records
 from datacheck.errors import UsageError
-from datacheck.torch._quarantine import QuarantineWriter, rank_file
+from datacheck.torch._quarantine import QuarantineWriter
 
 __all__ = ["EventLog", "bad_steps", "guard_quarantine", "name_samples", "quarantine_records"]
 
@@ -26,20 +27,14 @@ class EventLog:
         self._fh: Any = None
         self._tb: Any = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _end_torn_line(path)
-            self._fh = path.open("a", encoding="utf-8")
+            self._fh = JsonlWriter(path)
         if tensorboard_dir is not None:
             self._tb = _summary_writer(tensorboard_dir)
 
     def write(self, record: dict[str, Any]) -> None:
         """Write one record (NaN/Inf become the strings "nan"/"inf" so lines stay strict JSON)."""
         if self._fh is not None:
-            line = json.dumps(
-                _json_safe({"time": round(time.time(), 3), **record}), allow_nan=False
-            )
-            self._fh.write(line + "\n")
-            self._fh.flush()
+            self._fh.write([{"time": round(time.time(), 3), **record}])
         if self._tb is not None:
             self._write_tb(record)
 
@@ -51,7 +46,7 @@ class EventLog:
                     self._tb.add_scalar(f"guard/{name}", record[name], step)
             return
         self._tb.add_scalar(f"guard/event/{kind}", 1.0, step)
-        text = json.dumps(_json_safe({k: v for k, v in record.items() if k != "hosts"}))
+        text = json.dumps(json_safe({k: v for k, v in record.items() if k != "hosts"}))
         self._tb.add_text("guard/events", text, step)
         self._tb.flush()
 
@@ -62,46 +57,6 @@ class EventLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
-
-
-def _end_torn_line(path: Path) -> None:
-    """Before appending: a crash mid-write left a last line without its newline.
-
-    A torn record (starts with ``{``, is not JSON) is cut off, so readers see only whole
-    records; any other unterminated line is kept and ended with a newline.
-    """
-    if not path.is_file():
-        return
-    with path.open("rb+") as fh:
-        size = fh.seek(0, 2)
-        if size == 0:
-            return
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return
-        start = _last_line_start(fh, size)
-        fh.seek(start)
-        tail = fh.read(size - start)
-        try:
-            json.loads(tail)
-        except ValueError:
-            if tail.lstrip().startswith(b"{"):
-                fh.truncate(start)
-                return
-        fh.seek(size)
-        fh.write(b"\n")
-
-
-def _last_line_start(fh: Any, size: int) -> int:
-    pos = size
-    while pos > 0:
-        n = min(1 << 16, pos)
-        pos -= n
-        fh.seek(pos)
-        cut = fh.read(n).rfind(b"\n")
-        if cut >= 0:
-            return pos + cut + 1
-    return 0
 
 
 def _summary_writer(log_dir: Path) -> Any:
@@ -145,30 +100,28 @@ def name_samples(
     return out
 
 
-def _json_safe(obj: Any) -> Any:
-    """NaN/Inf become strings so every line is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
+SKIPPED_KINDS = frozenset({"nonfinite", "loss_spike"})
+"""Event kinds whose step was skipped (the batch did not reach the weights)."""
 
 
-def bad_steps(log: str | Path) -> set[int]:
-    """Steps a guard log recorded as skipped, so a restarted job can skip them too."""
+def bad_steps(log: str | Path, *, name: str | None = None) -> set[int]:
+    """Steps a guard log recorded as skipped, so a restarted job can skip them too.
+
+    A ``resume`` record (written by ``TrainingGuard.load_state_dict``) at step ``R`` drops the
+    earlier records of steps ``>= R``: the resumed run replays those steps.
+
+    Args:
+        log: the guard's JSON Lines log (one rank's file).
+        name: only the guard of this ``name`` (two guards may share one log).
+    """
     steps: set[int] = set()
-    with Path(log).open(encoding="utf-8") as fh:
-        lines = [line for line in fh if line.strip()]
-    for n, line in enumerate(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines) - 1:  # torn by a crash mid-write
-                break
-            raise
-        if rec.get("kind") in ("nonfinite", "loss_spike") and not rec.get("dropped"):
+    for rec in read_records(log):
+        if name is not None and rec.get("guard") != name:
+            continue
+        if rec.get("kind") == "resume":
+            at = int(rec["step"])
+            steps = {s for s in steps if s < at}
+        elif rec.get("kind") in SKIPPED_KINDS and not rec.get("dropped"):
             steps.add(int(rec["step"]))
     return steps
 
@@ -179,10 +132,7 @@ def guard_quarantine(folder: str, rank: int) -> QuarantineWriter:
     ``quarantine-rank00002-guard.jsonl`` sits beside the loader's ``quarantine-rank00002.jsonl``
     (the loader and ``read_quarantine`` read both) without two handles appending to one file.
     """
-    writer = QuarantineWriter(folder, rank)
-    loader_file = rank_file(folder, rank)
-    writer.path = loader_file.with_name(f"{loader_file.stem}-guard.jsonl")
-    return writer
+    return QuarantineWriter(folder, rank, suffix="-guard")
 
 
 def quarantine_records(samples: list[dict[str, Any]], step: int, rank: int) -> list[dict[str, Any]]:
@@ -194,7 +144,7 @@ def quarantine_records(samples: list[dict[str, Any]], step: int, rank: int) -> l
             "check": s["check"],
             "severity": "error",
             "key": "loss",
-            "value": _json_safe(s["loss"]) if not math.isfinite(s["loss"]) else f"{s['loss']:.6g}",
+            "value": json_safe(s["loss"]) if not math.isfinite(s["loss"]) else f"{s['loss']:.6g}",
             "count": 1,
             "rank": rank,
             "epoch": 0,

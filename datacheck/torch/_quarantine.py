@@ -18,20 +18,21 @@ time      datetime (UTC)  when the batch was checked
 ========  ==============  ===============================================================
 
 A batch's lines are written with one ``write`` and flushed before the batch is yielded, so a
-crash (even SIGKILL) loses at most the batch in flight; a torn last line is ignored on read.
+crash (even SIGKILL) loses at most the batch in flight; a torn last line is ignored on read and
+cut before the next append (``datacheck._jsonl``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from datacheck.errors import InputError, UsageError
+from datacheck._jsonl import JsonlWriter, read_records
+from datacheck.errors import UsageError
 
 FILE_PATTERN = "quarantine-rank*.jsonl"
 COLUMNS = ("index", "check", "severity", "key", "value", "count", "rank", "epoch", "step", "time")
@@ -43,47 +44,21 @@ def rank_file(folder: str | os.PathLike[str], rank: int) -> Path:
     return Path(folder) / f"quarantine-rank{rank:05d}.jsonl"
 
 
-class QuarantineWriter:
-    """Appends one rank's records; the file is created on the first bad sample."""
+class QuarantineWriter(JsonlWriter):
+    """Appends one rank's records; the file is created on the first bad sample.
 
-    def __init__(self, folder: str | os.PathLike[str], rank: int, fsync: bool = False) -> None:
-        self.path = rank_file(folder, rank)
-        self.fsync = fsync
-        self._file: Any = None
+    Args:
+        folder: the quarantine folder.
+        rank: the process's rank (names the file).
+        fsync: fsync after every write (else flush only).
+        suffix: ``"-guard"`` names the training guard's own file beside the loader's.
+    """
 
-    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Append ``records`` with one write, then flush (and fsync if asked)."""
-        text = "".join(json.dumps(dict(r), separators=(",", ":")) + "\n" for r in records)
-        if not text:
-            return
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _cut_torn_tail(self.path)  # a crash cut the last record: drop it, append after
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-        self._file.write(text)
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if n == len(lines) - 1:  # a torn last line: the crash the format is built for
-                break
-            raise InputError(f"quarantine file '{path}', line {n + 1}: not JSON ({exc})") from exc
-    return rows
+    def __init__(
+        self, folder: str | os.PathLike[str], rank: int, fsync: bool = False, suffix: str = ""
+    ) -> None:
+        path = rank_file(folder, rank)
+        super().__init__(path.with_name(f"{path.stem}{suffix}{path.suffix}"), fsync=fsync)
 
 
 def read_quarantine(folder: str | os.PathLike[str]) -> pd.DataFrame:
@@ -99,7 +74,7 @@ def read_quarantine(folder: str | os.PathLike[str]) -> pd.DataFrame:
     """
     rows: list[dict[str, Any]] = []
     for path in sorted(Path(folder).glob(FILE_PATTERN)):
-        rows.extend(_read_lines(path))
+        rows.extend(read_records(path))
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df = df.astype(_INTS)
     for col in ("check", "severity", "key", "value"):
@@ -147,21 +122,3 @@ def indices_from_scan(
     else:
         found = (index_of(p, r) for p, r in pairs)
     return {int(i) for i in found if i is not None}
-
-
-def _cut_torn_tail(path: Path) -> None:
-    """Truncate a file after its last newline: the torn record a crash left is dropped (it was
-    never whole, and readers skip it), so the next record starts a line of its own."""
-    try:
-        with open(path, "rb+") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            fh.seek(max(0, size - (1 << 20)))
-            tail = fh.read()
-            if tail.endswith(b"\n"):
-                return
-            cut = tail.rfind(b"\n")
-            fh.truncate(size - len(tail) + cut + 1 if cut >= 0 else max(0, size - len(tail)))
-    except FileNotFoundError:
-        return

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from datacheck.errors import UsageError  # noqa: E402
+from datacheck.errors import InputError, UsageError  # noqa: E402
 from datacheck.torch import (  # noqa: E402
     Action,
     GuardConfig,
@@ -113,7 +113,7 @@ def test_torn_last_line_after_a_crash_is_ignored_then_ended_on_resume(tmp_path):
     assert all(json.loads(line) for line in log.read_text().splitlines())  # nothing glued on
     assert bad_steps(log) == {3, 1}
     log.write_text(log.read_text() + '{"step": 9, "ki\n{"step": 10, "kind": "step"}\n')
-    with pytest.raises(json.JSONDecodeError):  # torn in the middle is corruption, not a crash
+    with pytest.raises(InputError, match="not JSON"):  # torn in the middle: damage, not a crash
         bad_steps(log)
 
 
