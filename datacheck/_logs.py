@@ -18,13 +18,12 @@ import csv
 import json
 import math
 import re
-import statistics
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from datacheck._jsonl import read_records
+from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig, SpikeDetector, Verdict
 from datacheck.errors import InputError
 
 __all__ = ["History", "Timeline", "analyze", "read_history", "render_text"]
@@ -66,9 +65,12 @@ class Timeline:
     """What the analysis found; steps are ``None`` where nothing was found."""
 
     status: str
-    """``healthy``, ``spike``, ``diverging`` or ``nan``."""
+    """``healthy``, ``warning`` (grad norm only), ``spike``, ``diverging`` or ``nan``."""
     steps: int
     level: float | None = None
+    """The loss level: the baseline median at the warning, else at the end."""
+    threshold: float | None = None
+    """The loss a spike had to reach against that level (the ratio test)."""
     warning_step: float | None = None
     warning_loss: float | None = None
     danger_step: float | None = None
@@ -77,7 +79,15 @@ class Timeline:
     precursor_grad_norm: float | None = None
     precursor_lead: float | None = None
     """Steps between the grad-norm precursor and the loss warning (or NaN)."""
+    grad_warning_step: float | None = None
+    """Onset of the first sustained grad-norm spike (an early warning on its own)."""
+    grad_warning_norm: float | None = None
+    blips: tuple[float, ...] = ()
+    """Loss spikes of one reading that returned to the level at once (not divergence)."""
+    grad_blips: tuple[float, ...] = ()
     restart_step: float | None = None
+    restart_from: str | None = None
+    """``checkpoint`` (named in the log) or ``last healthy step``."""
     restart_lr: float | None = None
     suggested_lr: float | None = None
     guard_events: dict[str, int] = field(default_factory=dict)
@@ -304,89 +314,133 @@ def _build(
 # -- analysis ------------------------------------------------------------------------------
 
 
-class _Level:
-    """Running median of recent finite, non-spiking values."""
+@dataclass
+class _Scan:
+    """What one pass over the history found (mutable; becomes a :class:`Timeline`)."""
 
-    def __init__(self, window: int, warmup: int) -> None:
-        self.values: deque[float] = deque(maxlen=window)
-        self.warmup = warmup
+    pending: tuple[float, float, float] | None = None  # (step, loss, level) of an open spike
+    warning: tuple[float, float, float] | None = None
+    danger_step: float | None = None
+    nan_step: float | None = None
+    blips: list[float] = field(default_factory=list)
+    grad_spikes: list[tuple[float, float]] = field(default_factory=list)
+    grad_blips: list[float] = field(default_factory=list)
+    grad_warning: tuple[float, float] | None = None
+    grad_open: tuple[float, float] | None = None
 
-    def spike(self, value: float, factor: float) -> tuple[bool, float | None]:
-        if len(self.values) < max(1, self.warmup):
-            self.values.append(value)
-            return False, None
-        level = statistics.median(self.values)
-        if level > 0 and value >= factor * level:
-            return True, level
-        self.values.append(value)
-        return False, level
+    def loss(self, step: float, loss: float, v: Verdict) -> None:
+        if v.kind == "spike" and self.warning is None:
+            assert v.level is not None
+            self.pending = (step, loss, v.level)
+        elif v.kind == "sustained" and self.pending is not None:
+            self.warning, self.pending, self.danger_step = self.pending, None, step
+        elif v.kind == "sustained" and self.warning is not None and self.danger_step is None:
+            self.danger_step = step
+        elif v.recovered and self.pending is not None:
+            if v.blip_step is not None:
+                self.blips.append(v.blip_step)
+            else:
+                self.warning = self.pending
+            self.pending = None
+
+    def grad(self, step: float, gnorm: float, v: Verdict) -> None:
+        if v.kind == "spike":
+            self.grad_spikes.append((step, gnorm))
+            self.grad_open = (step, gnorm)
+        elif v.kind == "sustained":
+            self.grad_spikes.append((step, gnorm))
+            if self.grad_warning is None and self.grad_open is not None:
+                self.grad_warning = self.grad_open
+        elif v.blip_step is not None:
+            self.grad_blips.append(v.blip_step)
+
+    def close(self) -> None:
+        """The log ended (or hit NaN) with a spike still open: it counts as the warning."""
+        if self.pending is not None and self.warning is None:
+            self.warning, self.pending = self.pending, None
 
 
 def analyze(
     hist: History,
     *,
-    spike_factor: float = 10.0,
-    grad_spike_factor: float | None = None,
-    window: int = 50,
-    warmup: int = 10,
-    persist: int = 3,
+    loss: SpikeConfig = LOSS,
+    grad_norm: SpikeConfig = GRAD_NORM,
     lookback: int = 200,
 ) -> Timeline:
-    """Find the warning, danger and NaN steps, the grad-norm precursor and where to restart."""
-    gfactor = grad_spike_factor or spike_factor
-    loss_lv, grad_lv = _Level(window, warmup), _Level(window, warmup)
-    found: dict[str, Any] = {}
-    grad_spikes: list[tuple[float, float]] = []
-    above = 0
-    for i, (step, loss) in enumerate(zip(hist.steps, hist.loss, strict=True)):
+    """Walk the history once with the shared spike detector (:mod:`datacheck.checks._spike`).
+
+    Finds the loss warning (the first spike that is not a one-reading blip), the danger step
+    (the spike persists), the first NaN, the grad-norm early warning and precursor, and where
+    to restart.
+    """
+    loss_det, grad_det = SpikeDetector(loss), SpikeDetector(grad_norm)
+    scan = _Scan()
+    for i, (step, value) in enumerate(zip(hist.steps, hist.loss, strict=True)):
         gnorm = hist.grad_norm[i]
-        if not math.isfinite(loss) or (gnorm is not None and not math.isfinite(gnorm)):
-            found["nan_step"] = step
+        if not math.isfinite(value) or (gnorm is not None and not math.isfinite(gnorm)):
+            scan.nan_step = step
             break
-        if gnorm is not None and grad_lv.spike(gnorm, gfactor)[0]:
-            grad_spikes.append((step, gnorm))
-        if "warning_step" in found:
-            above = above + 1 if loss >= spike_factor * found["level"] else 0
-            if "danger_step" not in found and (
-                above >= persist or loss >= spike_factor**2 * found["level"]
-            ):
-                found["danger_step"] = step
-            continue
-        spike, level = loss_lv.spike(loss, spike_factor)
-        found["level"] = level
-        if spike:
-            found.update(warning_step=step, warning_loss=loss)
-            above = 1
-    return _conclude(hist, found, grad_spikes, lookback)
+        if gnorm is not None:
+            scan.grad(step, gnorm, grad_det.update(gnorm, step))
+        scan.loss(step, value, loss_det.update(value, step))
+    scan.close()
+    return _conclude(hist, scan, loss_det, loss, lookback)
 
 
 def _conclude(
-    hist: History, found: dict[str, Any], grad_spikes: list[tuple[float, float]], lookback: int
+    hist: History, scan: _Scan, det: SpikeDetector, cfg: SpikeConfig, lookback: int
 ) -> Timeline:
-    trouble = found.get("warning_step", found.get("nan_step"))
+    found: dict[str, Any] = {"level": det.level}
+    if scan.warning is not None:
+        step, value, level = scan.warning
+        found.update(warning_step=step, warning_loss=value, level=level)
+    if scan.grad_warning is not None:
+        found.update(grad_warning_step=scan.grad_warning[0], grad_warning_norm=scan.grad_warning[1])
+    trouble = found.get("warning_step", scan.nan_step)
     if trouble is not None:
-        onset = _precursor(grad_spikes, trouble, lookback)
+        onset = _precursor(scan.grad_spikes, trouble, lookback)
         if onset is not None:
             found.update(
                 precursor_step=onset[0],
                 precursor_grad_norm=onset[1],
                 precursor_lead=trouble - onset[0],
             )
-        first_sign = min(trouble, found.get("precursor_step", trouble))
+    first_sign = min(
+        (
+            s
+            for s in (trouble, found.get("precursor_step"), found.get("grad_warning_step"))
+            if s is not None
+        ),
+        default=None,
+    )
+    if first_sign is not None:
         _restart(hist, found, first_sign)
     status = (
         "nan"
-        if "nan_step" in found
+        if scan.nan_step is not None
         else "diverging"
-        if "danger_step" in found
+        if scan.danger_step is not None
         else "spike"
-        if "warning_step" in found
+        if scan.warning is not None
+        else "warning"
+        if scan.grad_warning is not None
         else "healthy"
     )
     counts: dict[str, int] = {}
     for ev in hist.events:
         counts[str(ev.get("kind"))] = counts.get(str(ev.get("kind")), 0) + 1
-    return Timeline(status=status, steps=len(hist.steps), guard_events=counts, **found)
+    level = found["level"]
+    return Timeline(
+        status=status,
+        steps=len(hist.steps),
+        threshold=None if level is None or level <= 0 else cfg.ratio * level,
+        danger_step=scan.danger_step,
+        nan_step=scan.nan_step,
+        blips=tuple(scan.blips),
+        grad_blips=tuple(scan.grad_blips),
+        guard_events=counts,
+        **found,
+    )
 
 
 def _precursor(
@@ -414,6 +468,7 @@ def _restart(hist: History, found: dict[str, Any], first_sign: float) -> None:
     # A guard checkpoint "at step N" holds the state before step N ran: its LR is step N-1's.
     restart = max(good) if good else hist.steps[before[-1]]
     found["restart_step"] = restart
+    found["restart_from"] = "checkpoint" if good else "last healthy step"
     lrs = [
         lr
         for s, lr in zip(hist.steps, hist.lr, strict=True)
@@ -436,6 +491,16 @@ def render_text(hist: History, tl: Timeline) -> str:
     lines = [f"{hist.source}: {hist.format}, {tl.steps} steps ({keys})", f"status: {tl.status}"]
     if tl.level is not None:
         lines.append(f"  stable     loss level {tl.level:.4g} (running median)")
+    if tl.blips:
+        shown = ", ".join(_s(b) for b in tl.blips[:5]) + (" ..." if len(tl.blips) > 5 else "")
+        lines.append(
+            f"  blips      {len(tl.blips)} one-reading loss spike(s), back at once: {shown}"
+        )
+    if tl.grad_warning_step is not None:
+        lines.append(
+            f"  grad norm  step {_s(tl.grad_warning_step)}: {tl.grad_warning_norm:.4g}, "
+            "a sustained grad-norm spike (early warning)"
+        )
     if tl.precursor_step is not None:
         lines.append(
             f"  precursor  step {_s(tl.precursor_step)}: grad norm {tl.precursor_grad_norm:.4g}, "
@@ -444,7 +509,7 @@ def render_text(hist: History, tl: Timeline) -> str:
     if tl.warning_step is not None:
         lines.append(
             f"  warning    step {_s(tl.warning_step)}: loss {tl.warning_loss:.4g} "
-            f"({tl.warning_loss / tl.level:.1f}x the level)"
+            f"({tl.warning_loss / tl.level:.1f}x the level {tl.level:.4g})"
         )
     if tl.danger_step is not None:
         lines.append(f"  danger     step {_s(tl.danger_step)}: the jump persists")
@@ -456,7 +521,9 @@ def render_text(hist: History, tl: Timeline) -> str:
             if tl.suggested_lr
             else ""
         )
-        lines.append(f"restart from step {_s(tl.restart_step)} (last step before trouble){lr}")
+        lines.append(
+            f"restart from step {_s(tl.restart_step)} ({tl.restart_from} before trouble){lr}"
+        )
     if tl.guard_events:
         lines.append(
             "guard events: " + ", ".join(f"{k} {n}" for k, n in sorted(tl.guard_events.items()))

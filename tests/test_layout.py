@@ -120,6 +120,8 @@ PUBLIC_FACES = {
         "UNNORMALIZED",
         "CheckSpec",
         "Severity",
+        "SpikeConfig",
+        "SpikeDetector",
         "get_check",
         "register_pandera_checks",
     ],

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from datacheck import _logs
+from datacheck.checks._spike import SpikeConfig
 from datacheck.cli import _logs as logs_cli
 from datacheck.errors import InputError, UsageError
 
-PRECURSOR, WARNING, DANGER, NAN, STEPS = 400, 450, 452, 480, 500
+PRECURSOR, WARNING, DANGER, NAN, STEPS = 400, 450, 451, 480, 500
 LR = 1e-4
 
 
@@ -176,16 +177,35 @@ def test_keys_are_discovered(tmp_path, shape, keys):
     assert _logs.read_history(_write(tmp_path / SHAPES[shape], shape, _history())).keys == keys
 
 
-def test_a_lone_spike_that_recovers_is_a_spike_not_divergence(tmp_path):
+def test_a_lone_spike_that_recovers_at_once_is_a_blip(tmp_path):
     rows = _history(spiking=False)
     rows[300]["loss"] *= 20
     tl = _logs.analyze(_logs.read_history(_write(tmp_path / "m.jsonl", "jsonl", rows)))
-    assert (tl.status, tl.warning_step, tl.danger_step, tl.restart_step) == (
-        "spike",
-        300,
+    assert (tl.status, tl.warning_step, tl.blips, tl.restart_step) == (
+        "healthy",
         None,
+        (300,),
+        None,
+    )
+    rows[301]["loss"] *= 20  # two readings up, then back: a spike, not a blip, not divergence
+    tl = _logs.analyze(_logs.read_history(_write(tmp_path / "m.jsonl", "jsonl", rows)))
+    assert (tl.status, tl.warning_step, tl.danger_step, tl.restart_step) == (
+        "diverging",
+        300,
+        301,
         299,
     )
+
+
+def test_founding_example(tmp_path):
+    """The diverging run this project was started for: a short log, warning 6100, NaN 6400."""
+    values = ["2.451", "2.432", "2.445", "2.410", "25.842", "842.15", "15402.9", "nan"]
+    lines = [f"step {5700 + 100 * i} | loss {v} | lr 3e-4" for i, v in enumerate(values)]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    tl = _logs.analyze(_logs.read_history(tmp_path / "train.log"))
+    assert (tl.status, tl.warning_step, tl.nan_step) == ("nan", 6100, 6400)
+    assert tl.restart_step is not None and tl.restart_step <= 6000
+    assert tl.restart_from == "last healthy step" and tl.suggested_lr == pytest.approx(1.5e-4)
 
 
 def test_precursor_is_the_onset_of_the_run_of_grad_spikes(tmp_path):
@@ -201,12 +221,14 @@ def test_precursor_is_the_onset_of_the_run_of_grad_spikes(tmp_path):
     assert tl.precursor_step is None and tl.restart_step == WARNING - 1
 
 
-def test_spike_factor_is_configurable(tmp_path):
+def test_spike_ratio_is_configurable(tmp_path):
     rows = _history(spiking=False)
-    rows[300]["loss"] *= 5
+    for r in rows[300:320]:
+        r["loss"] *= 1.4
     hist = _logs.read_history(_write(tmp_path / "m.jsonl", "jsonl", rows))
     assert _logs.analyze(hist).status == "healthy"
-    assert _logs.analyze(hist, spike_factor=4.0).warning_step == 300
+    tl = _logs.analyze(hist, loss=SpikeConfig(ratio=1.3))
+    assert (tl.status, tl.warning_step) == ("diverging", 300)
 
 
 def test_tensorboard_event_file(tmp_path):
@@ -323,7 +345,7 @@ def test_run_in_process(tmp_path, capsys):
         and "warning    step 450" in text
         and "restart from step 399" in text
     )
-    with pytest.raises(UsageError, match="spike-factor"):
+    with pytest.raises(UsageError, match="ratio=1.0 must be > 1"):
         logs_cli.run(_args(path, "--spike-factor", "1"))
     assert (
         logs_cli.run(_args(path, "--lookback", "10")) == 1

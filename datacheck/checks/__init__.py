@@ -2,7 +2,8 @@
 
 Each check is declared once in :mod:`datacheck.checks._registry` with its stable name and
 default severity; :mod:`._numpy` is the body used by scans (Arrow buffers viewed as NumPy),
-and ``datacheck.torch`` has the body used on batches at training time.
+and ``datacheck.torch`` has the body used on batches at training time.  :mod:`._spike` is the
+one spike detector for training series, used by ``datacheck logs`` and ``TrainingGuard``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datacheck.checks._registry import (
     Severity,
     get_check,
 )
+from datacheck.checks._spike import SpikeConfig, SpikeDetector
 
 __all__ = [
     "CHECKS",
@@ -39,6 +41,8 @@ __all__ = [
     "UNNORMALIZED",
     "CheckSpec",
     "Severity",
+    "SpikeConfig",
+    "SpikeDetector",
     "get_check",
     "register_pandera_checks",
 ]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
+from datacheck.checks._spike import GRAD_NORM, LOSS
 from datacheck.errors import UsageError
 
 __all__ = ["add_parser"]
@@ -24,25 +25,33 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("path", help="train.log | metrics.jsonl | metrics.csv | events.out.tfevents.*")
     p.add_argument(
+        "--spike-ratio",
         "--spike-factor",
         type=float,
-        default=10.0,
-        help="loss jump over its recent median (default: %(default)s)",
+        default=LOSS.ratio,
+        dest="ratio",
+        help="a loss spike is at least this many times its recent median (default: %(default)s)",
     )
     p.add_argument(
-        "--grad-spike-factor", type=float, help="grad-norm jump (default: the spike factor)"
+        "--sigma",
+        type=float,
+        default=LOSS.sigma,
+        help="and this many robust standard deviations (1.4826 x MAD) above it, once the window "
+        "holds enough readings (default: %(default)s)",
+    )
+    p.add_argument(
+        "--grad-ratio",
+        "--grad-spike-factor",
+        type=float,
+        default=GRAD_NORM.ratio,
+        dest="grad_ratio",
+        help="the same ratio for the grad norm (default: %(default)s)",
     )
     p.add_argument(
         "--window",
         type=int,
-        default=50,
-        help="readings in the running median (default: %(default)s)",
-    )
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=10,
-        help="readings before judging spikes (default: %(default)s)",
+        default=LOSS.window,
+        help="readings in the running median and MAD (default: %(default)s)",
     )
     p.add_argument(
         "--lookback",
@@ -56,24 +65,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``datacheck logs``: 0 healthy, 1 spike or NaN (unreadable input raises InputError)."""
-    if not args.spike_factor > 1 or (
-        args.grad_spike_factor is not None and not args.grad_spike_factor > 1
-    ):
-        raise UsageError("logs: --spike-factor and --grad-spike-factor must be > 1 (e.g. 10)")
-    if args.window < 1 or args.warmup < 0 or args.lookback < 0:
-        raise UsageError("logs: --window must be >= 1, --warmup and --lookback >= 0")
+    """Run ``datacheck logs``: 0 healthy, 1 warning/spike/NaN (unreadable input raises InputError)."""
+    if args.lookback < 0:
+        raise UsageError("logs: --lookback must be >= 0")
+    loss = replace(LOSS, ratio=args.ratio, sigma=args.sigma, window=args.window)
+    grad = replace(GRAD_NORM, ratio=args.grad_ratio, sigma=args.sigma, window=args.window)
     from datacheck._logs import analyze, read_history, render_text
 
     hist = read_history(args.path)
-    tl = analyze(
-        hist,
-        spike_factor=args.spike_factor,
-        grad_spike_factor=args.grad_spike_factor,
-        window=args.window,
-        warmup=args.warmup,
-        lookback=args.lookback,
-    )
+    tl = analyze(hist, loss=loss, grad_norm=grad, lookback=args.lookback)
     if args.output_format == "json":
         print(
             json.dumps(

@@ -453,17 +453,17 @@ def _events(axes: Sequence[Axes], events: list[dict[str, Any]]) -> None:
                 ax.axvline(step, color=palette((i + 4) % 10), ls=":", lw=1.6, label=label)
 
 
-def _analysis(ax: Axes, tl: Any, spike_factor: float = 10.0) -> str:
+def _analysis(ax: Axes, tl: Any) -> str:
     """Draw the spike threshold and the restart step the analysis found; return its status."""
     if tl is None:
         return ""
-    if tl.level:
+    if tl.threshold and tl.level:
         ax.axhline(
-            spike_factor * tl.level,
+            tl.threshold,
             color="#ff7f0e",
             ls="--",
             lw=1.2,
-            label=f"spike threshold: {spike_factor:g} x median loss {tl.level:.3g}",
+            label=f"spike threshold: {tl.threshold / tl.level:g} x median loss {tl.level:.3g}",
         )
     if tl.restart_step is not None:
         ax.axvline(

@@ -166,7 +166,7 @@ def test_timeline_from_a_guard_log(demo_report: dc.Report, guard_log: Path) -> N
     labels = _labels(top)
     assert "guard: nonfinite (1)" in labels and "guard: loss_spike (1)" in labels
     assert "non-finite loss (1)" in labels
-    assert any(lbl.startswith("spike threshold: 10 x median loss") for lbl in labels)
+    assert any(lbl.startswith("spike threshold: 1.5 x median loss") for lbl in labels)
     event_x = {
         line.get_label(): line.get_xdata()[0]
         for line in top.get_lines()
