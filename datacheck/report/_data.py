@@ -124,6 +124,49 @@ class ReportData:
     def manifest_path(self) -> Path:
         return self.dir / MANIFEST
 
+    def local_path(self, entry: dict[str, Any]) -> str:
+        """Where a scanned file is now, to read it back.
+
+        The report records absolute paths (or URLs).  When the file is not there any more but
+        the data moved together with the report folder (the whole project was moved or
+        copied), the path is found again relative to the report folder.
+
+        Raises:
+            InputError: the file is in neither place; the message names both.
+        """
+        path = entry["path"]
+        if _is_url(path) or os.path.exists(path):
+            return path
+        candidates = [path]
+        old_out = self.settings.get("out")
+        if old_out and os.path.isabs(path):
+            moved = os.path.normpath(
+                os.path.join(self.dir.resolve(), os.path.relpath(path, old_out))
+            )
+            if os.path.exists(moved):
+                return moved
+            candidates.append(moved)
+        looked = " and ".join(repr(c) for c in candidates)
+        raise InputError(
+            f"scanned file {path!r} is gone: looked at {looked}; restore the data where the "
+            f"scan saw it, or rescan it"
+        )
+
+    @cached_property
+    def schema(self) -> Any:
+        """The scan's compiled schema; None without one, or when it cannot be loaded any more
+        (moved or changed since the scan: views then use the default thresholds)."""
+        spec = self.settings.get("schema")
+        if not spec:
+            return None
+        from datacheck.errors import DatacheckError
+        from datacheck.schema import load_schema
+
+        try:
+            return load_schema(spec)
+        except DatacheckError:
+            return None
+
     def exit_code(self, fail_on: str | None = None) -> int:
         """0 when nothing is at or above ``fail_on`` (default: the scan's setting), else 1."""
         return exit_code_for(
@@ -170,6 +213,12 @@ class ReportData:
             f"<{type(self).__name__} {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
             f"{s['status']['flagged']} flagged, {s['corrupt_files']} corrupt>"
         )
+
+
+def _is_url(path: str) -> bool:
+    from datacheck.formats import _storage
+
+    return _storage.is_url(path)
 
 
 def _read_json(directory: Path) -> dict[str, Any]:

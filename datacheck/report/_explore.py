@@ -8,18 +8,18 @@ quarantine manifest) and goes back to the scanned shards only for the rows it ne
   stopping after the last.
 * :func:`exclusion_list` lists the (path, row) pairs, with their dataset index when the shards
   are concatenated in the report's order, ready for ``GuardedLoader(exclude=...)``.
-* :func:`clean_copy` rewrites every readable shard without its flagged rows, in the same
-  format, one chunk at a time.
+* :func:`~datacheck.report._explore_copy.clean_copy` (in :mod:`._explore_copy`) rewrites
+  every readable shard without its flagged rows, in the same format, one chunk at a time.
+
+Which rows count as flagged is the ``severity`` argument: ``"error"`` (the default, what the
+gate fails on) or ``"warning"`` (errors and warnings).
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import shutil
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,17 +27,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datacheck.errors import DatacheckError, InputError, UsageError
+from datacheck.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from datacheck.report._data import ReportData
 
-__all__ = ["clean_copy", "exclusion_list", "flagged_rows", "resolve_path"]
+__all__ = [
+    "SEVERITIES",
+    "exact_first",
+    "exclusion_list",
+    "flagged_rows",
+    "reader_options",
+    "resolve_path",
+    "row_sites",
+    "stream_chunks",
+    "text_table",
+]
 
 FLAG_COLUMN = "_flagged"
 CHECKS_COLUMN = "_checks"
+SEVERITIES = {"error": ("error",), "warning": ("error", "warning")}
+"""``severity=`` -> the finding severities whose rows are dropped / excluded."""
 
 
 # -- which file ------------------------------------------------------------------------------
@@ -85,13 +97,25 @@ def _no_match(report: ReportData, query: str) -> str:
 # -- the manifest, per file ------------------------------------------------------------------
 
 
-def _row_sites(report: ReportData, path: str | None = None) -> pa.Table:
-    """Row-level findings (row not null): path, row, column, check; optionally one file."""
-    cols = ["path", "row", "column", "check"]
+def _severities(severity: str) -> tuple[str, ...]:
+    if severity not in SEVERITIES:
+        raise UsageError(
+            f"severity={severity!r} is not one of: {', '.join(SEVERITIES)} "
+            "('error': what the gate fails on; 'warning': errors and warnings)"
+        )
+    return SEVERITIES[severity]
+
+
+def row_sites(report: ReportData, path: str | None = None, severity: str | None = None) -> pa.Table:
+    """Row-level findings (row not null): path, row, column, check, severity; optionally of
+    one file, and only those at or above ``severity`` (None: all)."""
+    cols = ["path", "row", "column", "check", "severity"]
     if not report.manifest_path.exists():
         return pa.table({c: pa.array([], pa.int64() if c == "row" else pa.string()) for c in cols})
-    filters = [("path", "==", path)] if path is not None else None
-    table = pq.read_table(report.manifest_path, columns=cols, filters=filters)
+    filters: list[Any] = [("path", "==", path)] if path is not None else []
+    if severity is not None:
+        filters.append(("severity", "in", list(_severities(severity))))
+    table = pq.read_table(report.manifest_path, columns=cols, filters=filters or None)
     table = table.cast(pa.schema([(c, pa.int64() if c == "row" else pa.string()) for c in cols]))
     return table.filter(pc.is_valid(table["row"]))
 
@@ -122,17 +146,10 @@ def _wanted(flagged: np.ndarray, context: int, n_rows: int | None) -> np.ndarray
 # -- reading rows ----------------------------------------------------------------------------
 
 
-def _reader_options(report: ReportData) -> dict[str, Any]:
-    """The column types the scan read with (from its schema), so values look the same."""
-    spec = report.settings.get("schema")
-    if not spec:
-        return {}
-    from datacheck.schema import load_schema
-
-    try:
-        compiled = load_schema(spec)
-    except DatacheckError:  # the schema moved since the scan: read with inferred types
-        return {}
+def reader_options(report: ReportData) -> dict[str, Any]:
+    """The column types the scan read with (from its schema), so values look the same; with
+    no schema, or one that moved since the scan, types are inferred."""
+    compiled = report.schema
     return {"arrow_types": compiled.arrow_types} if compiled is not None else {}
 
 
@@ -146,8 +163,10 @@ def _parquet_groups(path: str, rows: np.ndarray) -> Iterator[tuple[int, pa.Table
         yield int(ends[g] - sizes[g]), pf.read_row_group(int(g))
 
 
-def _stream_chunks(entry: dict[str, Any], options: dict[str, Any]) -> Iterator[tuple[int, Any]]:
-    """(first row, Arrow batch) of every chunk of a non-Parquet shard, via its reader."""
+def stream_chunks(entry: dict[str, Any], options: dict[str, Any]) -> Iterator[tuple[int, Any]]:
+    """(first row, Arrow batch) of every chunk of a non-Parquet shard, via its reader.
+
+    ``entry["path"]`` is where the file is now (see ``ReportData.local_path``)."""
     from datacheck.formats import WorkUnit, get_format
 
     st = os.stat(entry["path"])
@@ -163,7 +182,7 @@ def _as_table(chunk: Any) -> pa.Table:
     return pa.table({k: pa.array([np.asarray(x).tolist() for x in v]) for k, v in cols.items()})
 
 
-def _exact_first(fn: Any, entry: dict[str, Any], options: dict[str, Any], *args: Any) -> Any:
+def exact_first(fn: Any, entry: dict[str, Any], options: dict[str, Any], *args: Any) -> Any:
     """Run ``fn`` reading text formats with integer columns as integers (exact values); if
     the file holds a ``nan`` or ``1.5`` there, read them as float64 and restore the integral
     ones.  Integers beyond 2**53 in such a column cannot be restored exactly: refused."""
@@ -175,7 +194,7 @@ def _exact_first(fn: Any, entry: dict[str, Any], options: dict[str, Any], *args:
         return fn(entry, *args, {**options, "widened": True})
 
 
-def _text_table(table: pa.Table, options: dict[str, Any]) -> pa.Table:
+def text_table(table: pa.Table, options: dict[str, Any]) -> pa.Table:
     if not options.get("widened"):
         return table
     from datacheck.formats._tabular import restore_integers
@@ -192,21 +211,21 @@ def _text_table(table: pa.Table, options: dict[str, Any]) -> pa.Table:
 
 def _take_rows(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
     """The given file rows (sorted) as one table, reading as little of the file as it can."""
-    return _exact_first(_take_rows_with, entry, options, rows)
+    return exact_first(_take_rows_with, entry, options, rows)
 
 
 def _take_rows_with(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
     if entry["format"] == "parquet":
         chunks: Iterator[tuple[int, pa.Table]] = _parquet_groups(entry["path"], rows)
     else:
-        chunks = _stream_chunks(entry, options)
+        chunks = stream_chunks(entry, options)
     parts, last = [], int(rows[-1])
     for start, table in chunks:
         if start > last:
             break
         lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
         if hi > lo:
-            parts.append(_text_table(table.take(pa.array(rows[lo:hi] - start)), options))
+            parts.append(text_table(table.take(pa.array(rows[lo:hi] - start)), options))
     if not parts:
         return pa.table({})
     return pa.concat_tables(parts, promote_options="permissive")
@@ -230,14 +249,15 @@ def flagged_rows(
     if context < 0:
         raise UsageError(f"context={context!r} must be >= 0 (rows shown each side)")
     entry = resolve_path(report, path)
-    sites = _row_sites(report, entry["path"])
+    sites = row_sites(report, entry["path"])
     checks = _checks_by_row(sites)
     flagged = np.array(sorted(checks), dtype=np.int64)
     rows = _wanted(flagged, context, entry.get("rows"))
     table = pa.table({})
     if len(rows):
+        local = {**entry, "path": report.local_path(entry)}
         try:
-            table = _take_rows(entry, rows, _reader_options(report))
+            table = _take_rows(local, rows, reader_options(report))
         except (OSError, pa.ArrowException) as exc:
             raise InputError(
                 f"{entry['path']!r}: cannot read the flagged rows back "
@@ -258,7 +278,9 @@ def flagged_rows(
 # -- exclusion list --------------------------------------------------------------------------
 
 
-def exclusion_list(report: ReportData, order: Sequence[str] | None = None) -> pd.DataFrame:
+def exclusion_list(
+    report: ReportData, order: Sequence[str] | None = None, *, severity: str = "error"
+) -> pd.DataFrame:
     """The (path, row) pairs a loader should skip, with their dataset index.
 
     Args:
@@ -266,16 +288,20 @@ def exclusion_list(report: ReportData, order: Sequence[str] | None = None) -> pd
         order: the files in the order the training dataset concatenates them (paths as the
             report has them, or unique suffixes). Default: the report's order (sorted paths)
             without corrupt files.
+        severity: ``"error"`` (default: the rows the gate fails on) or ``"warning"`` (rows
+            with warnings too).  Rows that have only findings below it are kept.
 
     Returns:
         A DataFrame with ``path``, ``row``, ``index`` (row offset of the file in ``order``
         plus ``row``; null for files outside ``order``) and ``checks``, one row per flagged
         row. Pass it to ``datacheck.torch.indices_from_scan(df, df)`` or use
         ``set(df["index"])`` as ``GuardedLoader(exclude=...)``. Corrupt files hold no rows
-        here: they are in ``report.files`` with status ``corrupt``.
+        here: they are in ``report.files`` with status ``corrupt``.  Rows per file:
+        ``df.groupby("path").size()``.
     """
     import pandas as pd
 
+    sites = row_sites(report, severity=severity)
     if order is None:
         files = [e for e in report.data["files"] if e["status"] != "corrupt"]
     else:
@@ -284,7 +310,6 @@ def exclusion_list(report: ReportData, order: Sequence[str] | None = None) -> pd
     for e in files:
         offsets[e["path"]] = start
         start += int(e["rows"])
-    sites = _row_sites(report)
     frames = []
     for path in dict.fromkeys(sites["path"].to_pylist()):
         mine = sites.filter(pc.equal(sites["path"], path))
@@ -313,220 +338,3 @@ def exclusion_list(report: ReportData, order: Sequence[str] | None = None) -> pd
             }
         )
     return pd.concat(frames, ignore_index=True)
-
-
-# -- clean copy ------------------------------------------------------------------------------
-
-
-def _common_root(report: ReportData) -> str:
-    """The folder the copy mirrors: the scanned folder, else the files' common parent."""
-    paths = [os.path.abspath(e["path"]) for e in report.data["files"]]
-    dirs = [os.path.dirname(p) for p in paths]
-    root = os.path.commonpath(dirs) if dirs else os.getcwd()
-    inputs = [os.path.abspath(i) for i in report.settings.get("inputs", []) if os.path.isdir(i)]
-    if len(inputs) == 1 and os.path.commonpath([inputs[0], root]) == inputs[0]:
-        return inputs[0]
-    return root
-
-
-def _check_dest(dest: Path, root: str, overwrite: bool) -> None:
-    real = os.path.realpath(dest)
-    if real == os.path.realpath(root):
-        raise UsageError(
-            f"clean_copy dest {str(dest)!r} is the scanned folder itself; pass a new folder"
-        )
-    if dest.exists() and any(dest.iterdir()) and not overwrite:
-        raise UsageError(
-            f"clean_copy dest {str(dest)!r} is not empty; pass an empty folder or overwrite=True"
-        )
-
-
-def _keep_mask(start: int, n: int, drop: np.ndarray) -> pa.Array:
-    lo, hi = np.searchsorted(drop, [start, start + n])
-    keep = np.ones(n, dtype=bool)
-    keep[drop[lo:hi] - start] = False
-    return pa.array(keep)
-
-
-def _copy_parquet(src: str, tmp: Path, drop: np.ndarray) -> tuple[int, int]:
-    pf = pq.ParquetFile(src)
-    meta = pf.metadata
-    codec = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else "snappy"
-    rows_in = rows_out = 0
-    with pq.ParquetWriter(tmp, pf.schema_arrow, compression=codec) as writer:
-        for i in range(meta.num_row_groups):
-            table = pf.read_row_group(i)
-            kept = table.filter(_keep_mask(rows_in, table.num_rows, drop))
-            rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
-            if kept.num_rows:
-                writer.write_table(kept)
-    return rows_in, rows_out
-
-
-class _TextSink:
-    """Writes Arrow batches as CSV/TSV or JSON Lines, or as Arrow IPC, to one file."""
-
-    def __init__(self, entry: dict[str, Any], tmp: Path, schema: pa.Schema) -> None:
-        self.fmt, self.schema = entry["format"], schema
-        self.stream = pa.output_stream(str(tmp), compression=_compression(entry["path"]))
-        if self.fmt == "csv":
-            import pyarrow.csv as pacsv
-
-            from datacheck.formats import is_tsv
-
-            opts = pacsv.WriteOptions(delimiter="\t" if is_tsv(entry["path"]) else ",")
-            self.writer: Any = pacsv.CSVWriter(self.stream, schema, write_options=opts)
-        elif self.fmt == "arrow":
-            self.writer = pa.ipc.new_file(self.stream, schema)
-        else:
-            self.writer = None
-
-    def write(self, table: pa.Table) -> None:
-        if self.writer is not None:
-            self.writer.write_table(table.cast(self.schema))
-            return
-        for rec in table.to_pylist():
-            self.stream.write((json.dumps(rec, default=str) + "\n").encode())
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.stream.close()
-
-
-def _compression(path: str) -> str | None:
-    from datacheck.formats import COMPRESSIONS
-
-    return COMPRESSIONS.get(Path(path).suffix.lower())
-
-
-def _copy_streamed(
-    entry: dict[str, Any], tmp: Path, drop: np.ndarray, options: dict[str, Any]
-) -> tuple[int, int]:
-    return _exact_first(_copy_streamed_with, entry, options, tmp, drop)
-
-
-def _copy_streamed_with(
-    entry: dict[str, Any], tmp: Path, drop: np.ndarray, options: dict[str, Any]
-) -> tuple[int, int]:
-    sink: _TextSink | None = None
-    rows_in = rows_out = 0
-    try:
-        for start, table in _stream_chunks(entry, options):
-            if sink is None:
-                sink = _TextSink(entry, tmp, table.schema)
-            kept = _text_table(table.filter(_keep_mask(start, table.num_rows, drop)), options)
-            rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
-            if kept.num_rows:
-                sink.write(kept)
-    finally:
-        if sink is not None:
-            sink.close()
-    if sink is None:
-        shutil.copyfile(entry["path"], tmp)  # no rows at all: keep the header as it was
-    return rows_in, rows_out
-
-
-def _copy_npy(src: str, tmp: Path, drop: np.ndarray) -> tuple[int, int]:
-    """Copy a ``.npy`` array without the dropped rows, through memory maps (bounded memory)."""
-    arr = np.load(src, mmap_mode="r", allow_pickle=False)
-    keep = np.ones(len(arr), dtype=bool)
-    keep[drop[drop < len(arr)]] = False
-    out = np.lib.format.open_memmap(
-        tmp, mode="w+", dtype=arr.dtype, shape=(int(keep.sum()), *arr.shape[1:])
-    )
-    step, pos = max(1, (64 << 20) // max(arr[:1].nbytes, 1)), 0
-    for start in range(0, len(arr), step):
-        block = arr[start : start + step][keep[start : start + step]]
-        out[pos : pos + len(block)] = block
-        pos += len(block)
-    out.flush()
-    del out
-    return len(arr), pos
-
-
-def _copy_npz(src: str, tmp: Path, drop: np.ndarray, rows: int) -> tuple[int, int]:
-    """Rewrite an ``.npz`` archive: arrays with one entry per row lose the dropped rows."""
-    kept = rows
-    with np.load(src, allow_pickle=False) as z, open(tmp, "wb") as fh:
-        arrays = {}
-        for key in z.files:
-            arr = z[key]
-            if arr.ndim and len(arr) == rows:
-                arr = np.delete(arr, drop[drop < rows], axis=0)
-                kept = len(arr)
-            arrays[key] = arr
-        np.savez(fh, **arrays)
-    return rows, kept
-
-
-_WRITABLE = ("parquet", "csv", "jsonl", "arrow", "npy", "npz")
-
-
-def _copy_one(
-    entry: dict[str, Any], target: Path, drop: np.ndarray, options: dict[str, Any]
-) -> dict[str, Any]:
-    row = {
-        "path": entry["path"],
-        "dest": str(target),
-        "status": "skipped",
-        "rows_in": int(entry.get("rows") or 0),
-        "rows_out": 0,
-        "reason": "",
-    }
-    if entry["status"] == "corrupt":
-        return {**row, "dest": "", "reason": f"corrupt: {entry.get('error')}"}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    if not len(drop):
-        shutil.copyfile(entry["path"], tmp)
-        os.replace(tmp, target)
-        return {**row, "status": "copied", "rows_out": row["rows_in"]}
-    if entry["format"] not in _WRITABLE:
-        return {**row, "dest": "", "reason": f"clean_copy cannot rewrite {entry['format']!r} files"}
-    if entry["format"] == "parquet":
-        rows_in, rows_out = _copy_parquet(entry["path"], tmp, drop)
-    elif entry["format"] == "npy":
-        rows_in, rows_out = _copy_npy(entry["path"], tmp, drop)
-    elif entry["format"] == "npz":
-        rows_in, rows_out = _copy_npz(entry["path"], tmp, drop, row["rows_in"])
-    else:
-        rows_in, rows_out = _copy_streamed(entry, tmp, drop, options)
-    os.replace(tmp, target)
-    return {**row, "status": "cleaned", "rows_in": rows_in, "rows_out": rows_out}
-
-
-def clean_copy(
-    report: ReportData, dest: str | os.PathLike[str], *, overwrite: bool = False
-) -> pd.DataFrame:
-    """Write every readable scanned file into ``dest`` without its flagged rows.
-
-    Files keep their format and their path relative to the scanned folder. Clean files are
-    copied byte for byte; flagged files are rewritten one row group / chunk at a time; corrupt
-    files are left out. Each file is written under a temporary name and renamed when complete.
-
-    Args:
-        report: the scan's report.
-        dest: a new or empty folder (not the scanned one).
-        overwrite: allow a non-empty ``dest`` (files with the same names are replaced).
-
-    Returns:
-        One row per scanned file: ``path``, ``dest``, ``status`` (``copied`` | ``cleaned`` |
-        ``skipped``), ``rows_in``, ``rows_out``, ``reason`` (why a file was skipped).
-    """
-    import pandas as pd
-
-    entries = report.data["files"]
-    root = _common_root(report)
-    dest = Path(dest)
-    _check_dest(dest, root, overwrite)
-    dest.mkdir(parents=True, exist_ok=True)
-    sites = _row_sites(report)
-    options = _reader_options(report)
-    rows = []
-    for e in entries:
-        mine = sites.filter(pc.equal(sites["path"], e["path"]))
-        drop = np.unique(mine["row"].to_numpy()).astype(np.int64)
-        target = dest / os.path.relpath(os.path.abspath(e["path"]), root)
-        rows.append(_copy_one(e, target, drop, options))
-    return pd.DataFrame(rows, columns=["path", "dest", "status", "rows_in", "rows_out", "reason"])

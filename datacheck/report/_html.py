@@ -149,6 +149,16 @@ def _worst_columns(report: ReportData, limit: int) -> list[str]:
     return [r["column"] for r in counts[:limit]]
 
 
+def _drifted_columns(report: ReportData, limit: int) -> list[str]:
+    """Columns with the most column-level findings (drift, unnormalized)."""
+    from collections import Counter
+
+    from datacheck.report._plots_column import column_level_findings
+
+    counts = Counter(f["column"] for f in column_level_findings(report) if f["column"])
+    return [c for c, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]
+
+
 def _plots_section(report: ReportData) -> str:
     from datacheck.errors import DatacheckError
     from datacheck.report._plots import ReportPlots
@@ -157,6 +167,8 @@ def _plots_section(report: ReportData) -> str:
     figures: list[tuple[str, Callable[[], Any]]] = [("findings per shard and check", plot.by_shard)]
     for col in _worst_columns(report, MAX_COLUMN_PLOTS):
         figures.append((f"distribution of {col}", partial(plot.column, col)))
+    for col in _drifted_columns(report, MAX_COLUMN_PLOTS):
+        figures.append((f"statistics of {col} per shard", partial(plot.stats, col)))
     parts = []
     for title, make in figures:
         try:

@@ -37,21 +37,29 @@ class Report(ReportData):
 
         return flagged_rows(self, path, context)
 
-    def exclusion_list(self, order: Any = None) -> pd.DataFrame:
-        """The (path, row, dataset index) triples a loader should skip."""
+    def exclusion_list(self, order: Any = None, *, severity: str = "error") -> pd.DataFrame:
+        """The (path, row, dataset index) triples a loader should skip: rows with a finding
+        at or above ``severity`` (``"error"``, the default, or ``"warning"``).  See
+        :func:`datacheck.report._explore.exclusion_list`."""
         from datacheck.report._explore import exclusion_list
 
-        return exclusion_list(self, order)
+        return exclusion_list(self, order, severity=severity)
 
-    def clean_copy(self, dest: str | os.PathLike[str], *, overwrite: bool = False) -> pd.DataFrame:
-        """Write the scanned files into ``dest`` without their flagged rows (same format)."""
-        from datacheck.report._explore import clean_copy
+    def clean_copy(
+        self, dest: str | os.PathLike[str], *, severity: str = "error", overwrite: bool = False
+    ) -> pd.DataFrame:
+        """Write the scanned files into ``dest`` without their rows that have a finding at or
+        above ``severity`` (``"error"``, the default, or ``"warning"``), same format; returns
+        what was copied and dropped per file.  See
+        :func:`datacheck.report._explore_copy.clean_copy`."""
+        from datacheck.report._explore_copy import clean_copy
 
-        return clean_copy(self, dest, overwrite=overwrite)
+        return clean_copy(self, dest, severity=severity, overwrite=overwrite)
 
     @property
     def plot(self) -> Any:
-        """Plots (matplotlib Figures): ``by_shard()``, ``column(name)``, ``timeline(log)``."""
+        """Plots (matplotlib Figures): ``by_shard()``, ``column(name)``, ``stats(name)``,
+        ``timeline(log)``."""
         from datacheck.report._plots import ReportPlots
 
         return ReportPlots(self)

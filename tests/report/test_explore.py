@@ -177,6 +177,18 @@ def test_exclusion_list_pairs_and_dataset_indices(demo_report: dc.Report, demo_d
     assert excl.loc[excl["row"] == 20, "checks"].item() == "label: out_of_range"
 
 
+def test_exclusion_list_keeps_warning_only_rows_unless_asked(tmp_path: Path) -> None:
+    table, expected = planted_table()
+    (tmp_path / "data").mkdir()
+    write_table(table, tmp_path / "data" / "t.parquet", "parquet")
+    report = dc.scan(tmp_path / "data", out=tmp_path / "out", executor="inprocess")
+    errors = {r for r, _, check in expected if check in ("nan", "inf")}
+    assert set(report.exclusion_list()["row"]) == errors
+    assert set(report.exclusion_list(severity="warning")["row"]) == {r for r, _, _ in expected}
+    with pytest.raises(UsageError, match="severity='fatal' is not one of: error, warning"):
+        report.exclusion_list(severity="fatal")
+
+
 def test_exclusion_list_follows_a_given_order(demo_report: dc.Report) -> None:
     order = ["shard-003.csv", "shard-001.parquet"]
     excl = demo_report.exclusion_list(order=order)
@@ -245,10 +257,18 @@ def test_clean_copy_every_tabular_format(tmp_path: Path, fmt: str) -> None:
     (tmp_path / "data").mkdir()
     write_table(table, tmp_path / "data" / f"t{EXT[fmt]}", fmt)
     report = dc.scan(tmp_path / "data", out=tmp_path / "out", executor="inprocess")
-    result = report.clean_copy(tmp_path / "clean")
+    # Default: errors only (the gate's meaning); rows with only warnings stay, and are counted.
+    result = report.clean_copy(tmp_path / "errors-only")
+    errors = {r for r, _, check in expected if check in ("nan", "inf")}
+    assert result["rows_out"].item() == table.num_rows - len(errors)
+    assert result["rows_dropped"].item() == len(errors)
+    assert result["rows_kept_flagged"].item() == len(expected) - len(errors)  # extreme, null
+    assert result["dropped"].item() == "a: inf 1, a: nan 2, b: inf 1"
+    result = report.clean_copy(tmp_path / "clean", severity="warning")
     assert result["status"].tolist() == ["cleaned"]
     bad = {r for r, _, _ in expected}
     assert result["rows_out"].item() == table.num_rows - len(bad)
+    assert result["rows_kept_flagged"].item() == 0
     rescan = dc.scan(tmp_path / "clean", out=tmp_path / "rescan", executor="inprocess")
     assert rescan.summary["status"]["ok"] == 1, rescan.findings
     ids = dc.load_report(tmp_path / "rescan").summary["rows"]

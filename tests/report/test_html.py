@@ -211,3 +211,129 @@ def test_chromium_screenshot_shows_the_plots(page: Path, tmp_path: Path) -> None
     # The histogram bars' blue (#4c72b0) comes only from the embedded PNGs: they decoded.
     blue = np.all(np.abs(rgb - [0x4C, 0x72, 0xB0]) <= 3, axis=-1).sum()
     assert blue > 5000, blue
+
+
+# -- a report that holds every check (value, row, column and file level) ---------------------
+
+EVERY_CHECK_SCHEMA = """schema_type: dataframe
+columns:
+  x:
+    dtype: float64
+    nullable: false
+    checks:
+      - options: {check_name: finite}
+      - {mean: 0.0, std: 1.0, zscore_max: 6.0, max_mean_shift: 3.0, max_std_ratio: 3.0,
+         options: {check_name: reference_stats}}
+  z:
+    dtype: float64
+    checks:
+      - {mean: 0.0, std: 1.0, max_mean_shift: 0.5, max_std_ratio: 2.0,
+         options: {check_name: normalized}}
+  f:
+    dtype: float64
+    checks:
+      - options: {check_name: fp16_safe}
+  label:
+    dtype: int64
+    checks:
+      - {min_value: 0, max_value: 9, options: {check_name: in_range}}
+"""
+
+
+def write_every_check(root: Path) -> tuple[Path, Path]:
+    """Shards holding a finding of every check: s2 scaled x1000 (drift), z never
+    standardised (unnormalized), s1's label as float (schema), s3 with NaN, Inf, a null, an
+    out-of-range label and an fp16 overflow, s4 truncated (corrupt)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = root / "data"
+    data.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        x, z, f = rng.normal(0, 1, 200), rng.normal(5, 1, 200), rng.normal(0, 1, 200)
+        label = rng.integers(0, 10, 200)
+        x *= 1000 if i == 2 else 1
+        null = np.zeros(200, bool)
+        if i == 3:
+            x[3], x[4], null[5], label[6], f[7] = np.nan, np.inf, True, 12, 1e6
+        cols = {
+            "x": pa.array(x, mask=null),
+            "z": z,
+            "f": f,
+            "label": label.astype(np.float64) if i == 1 else label,
+        }
+        pq.write_table(pa.table(cols), data / f"s{i}.parquet")
+    (data / "s4.parquet").write_bytes((data / "s0.parquet").read_bytes()[:300])
+    schema = root / "schema.yaml"
+    schema.write_text(EVERY_CHECK_SCHEMA)
+    return data, schema
+
+
+@pytest.fixture(scope="module")
+def every_check(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    root = tmp_path_factory.mktemp("every-check")
+    data, schema = write_every_check(root)
+    out = root / "out"
+    cmd = [sys.executable, "-m", "datacheck", "scan", str(data), "--schema", str(schema)]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), "--html"], capture_output=True, text=True, timeout=120
+    )
+    return out, proc
+
+
+def test_every_check_scan_html_exits_1_with_its_summary(
+    every_check: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, proc = every_check
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ""
+    assert "scanned 5 files (0 ok, 4 flagged, 1 corrupt)" in proc.stdout
+    report = dc.load_report(out)
+    assert set(report.summary["sites"]) == set(dc.CHECKS) | {"fp16_safe"}
+
+
+def test_every_check_page_matches_report_json(
+    every_check: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = every_check
+    cells = _parse((out / "report.html").read_text())
+    _assert_matches_report_json(cells, out)
+    # findings per shard, 3 distributions, the per-shard statistics of the 3 drifted columns
+    assert len(cells.imgs) == 7
+    text = (out / "report.html").read_text()
+    assert 'alt="statistics of x per shard"' in text and 'alt="statistics of z per shard"' in text
+
+
+def test_every_check_plots_draw_drift_as_shard_statistics(
+    every_check: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = every_check
+    report = dc.load_report(out)
+    for col in ("x", "z", "f", "label"):
+        report.plot.column(col)  # column-level findings hold messages, not values
+    fig = report.plot.stats("x")
+    mean_ax, std_ax = fig.axes
+    names = [t.get_text() for t in mean_ax.get_yticklabels()]
+    assert names == ["s0.parquet", "s1.parquet", "s2.parquet (drift)", "s3.parquet"]
+    profile = json.loads((out / "profile.json").read_text())["files"]
+    paths = sorted(p for p in profile if "x" in profile[p])
+    means = mean_ax.collections[-1].get_offsets()[:, 0]
+    assert list(means) == pytest.approx([profile[p]["x"]["mean"] for p in paths])
+    stds = std_ax.collections[-1].get_offsets()[:, 0]
+    assert list(stds) == pytest.approx([profile[p]["x"]["std"] for p in paths])
+
+
+@needs_chromium
+def test_chromium_renders_every_check_with_the_report_numbers(
+    every_check: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = every_check
+    proc = _chromium(tmp_path, "--dump-dom", (out / "report.html").as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = _parse(proc.stdout)
+    _assert_matches_report_json(cells, out)
+    assert len(cells.imgs) == 7

@@ -178,7 +178,7 @@ def test_timeline_from_a_guard_log(demo_report: dc.Report, guard_log: Path) -> N
 
 
 def test_timeline_reader_is_tolerant(demo_report: dc.Report, tmp_path: Path) -> None:
-    from datacheck.report._plots import read_guard_log
+    from datacheck.report._plots_timeline import read_guard_log
 
     log = tmp_path / "hand.jsonl"
     lines = [json.dumps({"step": s, "loss": 2.0 - s / 100, "grad_norm": 1.0}) for s in range(20)]

@@ -1,0 +1,364 @@
+"""One column's plots: its distribution (``report.plot.column``) and its per-shard statistics
+against the reference (``report.plot.stats``, what ``drift`` and ``unnormalized`` compare)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datacheck.errors import InputError, UsageError
+from datacheck.report._figure import new_figure, short_names
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from datacheck.report._data import ReportData
+
+__all__ = ["COLUMN_LEVEL", "column", "column_level_findings", "stats"]
+
+COLUMN_LEVEL = ("drift", "unnormalized")
+"""Checks on a shard's statistics (one finding per column and shard, row null)."""
+MAX_MARKS = 5000
+"""Flagged values drawn as marks (the extremes are always kept); the legend counts them all."""
+_NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
+
+
+# -- one column's distribution ---------------------------------------------------------------
+
+
+def _column_entries(report: ReportData, name: str) -> list[dict[str, Any]]:
+    files = [f for f in report.data["files"] if f["status"] != "corrupt"]
+    having = [f for f in files if name in (f.get("columns") or {})]
+    if having:
+        return having
+    import difflib
+
+    known = sorted({c for f in files for c in (f.get("columns") or {})})
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise InputError(
+        f"report {str(report.dir)!r}: no scanned file has a column {name!r}{hint}; "
+        f"columns: {', '.join(known[:20]) or 'none'}"
+    )
+
+
+def _column_arrays(report: ReportData, entry: dict[str, Any], name: str) -> Iterator[pa.Array]:
+    """The column's values in one file, chunk by chunk (Parquet: that column only)."""
+    path = report.local_path(entry)
+    if entry["format"] == "parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(columns=[name]):
+            yield batch.column(0)
+        return
+    from datacheck.report._explore import reader_options, stream_chunks
+
+    for _, table in stream_chunks({**entry, "path": path}, reader_options(report)):
+        if name in table.column_names:
+            yield from table[name].chunks
+
+
+def _leaves(arr: pa.Array) -> pa.Array:
+    while (
+        pa.types.is_list(arr.type)
+        or pa.types.is_large_list(arr.type)
+        or pa.types.is_fixed_size_list(arr.type)
+    ):
+        arr = pc.list_flatten(arr)
+    return arr
+
+
+class _Values:
+    """Finite values (capped), and counts of NaN, +Inf, -Inf and null, of one column."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.kept = cap, 0
+        self.parts: list[np.ndarray] = []
+        self.nan = self.posinf = self.neginf = self.null = self.total = 0
+        self.arrow_type: pa.DataType | None = None
+
+    def add(self, arr: pa.Array) -> None:
+        arr = _leaves(arr)
+        self.arrow_type = self.arrow_type or arr.type
+        if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
+            raise UsageError(f"column of type {arr.type} is not numeric; plot.column draws numbers")
+        self.total += len(arr)
+        self.null += arr.null_count
+        x = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        if arr.null_count:
+            x = x[np.asarray(arr.is_valid())]
+        nan = np.isnan(x)
+        self.nan += int(nan.sum())
+        self.posinf += int(np.isposinf(x).sum())
+        self.neginf += int(np.isneginf(x).sum())
+        finite = x[np.isfinite(x)]
+        take = finite[: max(self.cap - self.kept, 0)]
+        self.parts.append(take)
+        self.kept += len(take)
+
+    @property
+    def finite(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.empty(0)
+
+
+def _thresholds(
+    report: ReportData, name: str, arrow_type: pa.DataType | None
+) -> list[tuple[float, str]]:
+    """(x, label) of every bound the scan applied to this column (schema or defaults)."""
+    from datacheck.checks._rules import default_rules
+
+    is_float = arrow_type is not None and pa.types.is_floating(arrow_type)
+    rules = default_rules(is_float, True)
+    if report.schema is not None:
+        rules = report.schema.rules_for(name, is_float, True)
+    out: list[tuple[float, str]] = []
+    for b in rules.bounds:
+        out += [(b.max_abs, f"|x| = {b.max_abs:g} ({b.check})"), (-b.max_abs, "")]
+    for r in rules.ranges:
+        if r.min is not None:
+            out.append((r.min, f"min = {r.min:g} ({r.check})"))
+        if r.max is not None:
+            out.append((r.max, f"max = {r.max:g} ({r.check})"))
+    return out
+
+
+def _flagged_values(report: ReportData, name: str) -> np.ndarray:
+    """The finite bad values the manifest recorded at rows of this column (extreme, out of
+    range, ...).  Column- and file-level findings (row null) carry a message, not a value."""
+    import pyarrow.parquet as pq
+
+    if not report.manifest_path.exists():
+        return np.empty(0)
+    table = pq.read_table(
+        report.manifest_path, columns=["row", "value"], filters=[("column", "==", name)]
+    )
+    values = table.filter(pc.is_valid(table["row"]))["value"].cast(pa.string())
+    values = values.filter(pc.match_substring_regex(values, _NUMBER))
+    x = np.asarray(values.cast(pa.float64()).to_numpy(), dtype=np.float64)
+    return x[np.isfinite(x)]
+
+
+def _marks(x: np.ndarray) -> np.ndarray:
+    """At most ``MAX_MARKS`` of the flagged values, the smallest and largest included."""
+    if len(x) <= MAX_MARKS:
+        return x
+    x = np.sort(x)
+    return x[np.linspace(0, len(x) - 1, MAX_MARKS).round().astype(np.int64)]
+
+
+def _histogram(
+    ax: Axes, finite: np.ndarray, marks: np.ndarray, limits: list[float], bins: int, integer: bool
+) -> bool:
+    """Histogram on a linear axis, or a symlog one when a few values or the thresholds
+    dwarf the bulk of the data (which would otherwise shrink to one bar)."""
+    from matplotlib.scale import SymmetricalLogTransform
+
+    span = np.concatenate([finite, marks]) if len(marks) else finite
+    bulk = float(np.percentile(np.abs(finite), 99)) if len(finite) else 1.0
+    reach = np.abs(np.concatenate([span, np.asarray(limits, dtype=float)]))
+    wide = len(span) and float(reach.max()) > 20 * max(bulk, 1e-12)
+    if not wide:
+        lo, hi = (float(span.min()), float(span.max())) if len(span) else (0.0, 1.0)
+        if integer and hi - lo <= 200:  # one bar per integer value
+            ax.hist(
+                finite,
+                bins=np.arange(lo - 0.5, hi + 1.5).tolist(),
+                color="#4c72b0",
+                label="values",
+                rwidth=0.8,
+            )
+        else:
+            ax.hist(finite, bins=bins, color="#4c72b0", label="values")
+        return False
+    linthresh = max(bulk, 1e-12)
+    tr = SymmetricalLogTransform(10, linthresh, 1.0)
+    lo, hi = tr.transform(np.array([[span.min()], [span.max()]])).ravel()
+    edges = tr.inverted().transform(np.linspace(lo, hi, bins + 1).reshape(-1, 1)).ravel()
+    edges[0], edges[-1] = span.min(), span.max()  # the round trip must not drop the extremes
+    ax.hist(finite, bins=edges.tolist(), color="#4c72b0", label="values")
+    ax.set_xscale("symlog", linthresh=linthresh)
+    return True
+
+
+def column(report: ReportData, name: str, bins: int, max_values: int) -> Figure:
+    """Distribution of one column over every readable file (see ``ReportPlots.column``)."""
+    entries = _column_entries(report, name)
+    values = _Values(max_values)
+    for e in entries:
+        for arr in _column_arrays(report, e, name):
+            values.add(arr)
+    finite, flagged = values.finite, _flagged_values(report, name)
+    marks = _marks(flagged)
+    fig = new_figure(9, 4.5)
+    ax = fig.add_subplot()
+    integer = values.arrow_type is not None and pa.types.is_integer(values.arrow_type)
+    thresholds = _thresholds(report, name, values.arrow_type)
+    symlog = _histogram(ax, finite, marks, [x for x, _ in thresholds], bins, integer)
+    ax.set_yscale("log")
+    for x, label in thresholds:
+        ax.axvline(x, color="#ff7f0e", ls="--", lw=1.2, label=label or None)
+    if len(marks):
+        ax.plot(
+            marks,
+            np.full(len(marks), 0.04),
+            "^",
+            color="#d62728",
+            ms=9,
+            clip_on=False,
+            label=f"flagged values ({len(flagged):,})",
+            transform=ax.get_xaxis_transform(),
+        )
+    scale = ", symlog scale" if symlog else ""
+    ax.set_xlabel(f"{name} (value in data units{scale})")
+    ax.set_ylabel("values per bin (count, log scale)")
+    sampled = f", first {len(finite):,} finite" if values.kept >= max_values else ""
+    notes = (
+        f"NaN {values.nan:,}, +Inf {values.posinf:,}, -Inf {values.neginf:,}, null {values.null:,}"
+    )
+    ax.set_title(
+        f"Distribution of {name!r}: {values.total:,} values in {len(entries)} files"
+        f"{sampled}\nnot plotted: {notes}"
+    )
+    ax.legend(loc="best", fontsize=9, framealpha=0.9)
+    return fig
+
+
+# -- one column's statistics per shard (drift, unnormalized) ---------------------------------
+
+
+def column_level_findings(report: ReportData, name: str | None = None) -> list[dict[str, Any]]:
+    """The ``drift`` / ``unnormalized`` findings (path, column, check, severity, value)."""
+    import pyarrow.parquet as pq
+
+    if not report.manifest_path.exists():
+        return []
+    filters: list[Any] = [("check", "in", list(COLUMN_LEVEL))]
+    if name is not None:
+        filters.append(("column", "==", name))
+    table = pq.read_table(
+        report.manifest_path,
+        columns=["path", "column", "check", "severity", "value"],
+        filters=filters,
+    )
+    return [
+        {k: (str(v) if v is not None else None) for k, v in r.items()} for r in table.to_pylist()
+    ]
+
+
+def _shard_stats(report: ReportData, name: str) -> dict[str, dict[str, Any]]:
+    from datacheck.profile._stats import read_profile
+
+    doc = read_profile(report.dir)
+    shards = {
+        path: cols[name]
+        for path, cols in doc["files"].items()
+        if name in cols and cols[name].get("mean") is not None
+    }
+    if not shards:
+        known = sorted({c for cols in doc["files"].values() for c in cols})
+        raise InputError(
+            f"report {str(report.dir)!r}: profile.json has no statistics of a numeric column "
+            f"{name!r}; columns: {', '.join(known[:20]) or 'none'}"
+        )
+    return shards
+
+
+def _target(label: str, spec: Any, color: str) -> dict[str, Any]:
+    return {
+        "label": label,
+        "mean": float(spec.mean),
+        "std": float(spec.std),
+        "shift": float(spec.max_mean_shift),
+        "ratio": float(spec.max_std_ratio),
+        "color": color,
+    }
+
+
+def _targets(
+    report: ReportData, name: str, shards: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """What the shards were compared with: the schema's reference_stats (drift), its
+    normalized target (unnormalized), else the median of the shards (consensus drift)."""
+    from types import SimpleNamespace
+
+    from datacheck.checks._rules import Reference
+
+    spec = report.schema.columns.get(name) if report.schema is not None else None
+    rules = spec.rules if spec is not None else None
+    out = []
+    if rules is not None and rules.reference is not None:
+        out.append(_target("reference", rules.reference, "#ff7f0e"))
+    if rules is not None and rules.normalized is not None:
+        out.append(_target("normalized target", rules.normalized, "#2ca02c"))
+    if not out:
+        median = SimpleNamespace(
+            mean=statistics.median(s["mean"] for s in shards.values()),
+            std=statistics.median(s["std"] for s in shards.values()),
+            max_mean_shift=Reference.max_mean_shift,
+            max_std_ratio=Reference.max_std_ratio,
+        )
+        out.append(_target(f"median of {len(shards)} shards", median, "#7f7f7f"))
+    return out
+
+
+def _mean_panel(ax: Axes, means: np.ndarray, colors: list[str], targets: list[dict]) -> None:
+    y = np.arange(len(means))
+    for t in targets:
+        lo, hi = t["mean"] - t["shift"] * t["std"], t["mean"] + t["shift"] * t["std"]
+        ax.axvspan(lo, hi, color=t["color"], alpha=0.15)
+        label = f"{t['label']} mean {t['mean']:.4g} ± {t['shift']:g} std"
+        ax.axvline(t["mean"], color=t["color"], ls="--", lw=1.2, label=label)
+    ax.scatter(means, y, c=colors, s=40, zorder=3)
+    scale = max(t["std"] for t in targets) or 1.0
+    centre = targets[0]["mean"]
+    if len(means) and float(np.abs(means - centre).max()) > 20 * scale * targets[0]["shift"]:
+        ax.set_xscale("symlog", linthresh=scale)
+    ax.set_xlabel("shard mean (data units)")
+    ax.legend(loc="best", fontsize=8)
+
+
+def _std_panel(ax: Axes, stds: np.ndarray, colors: list[str], targets: list[dict]) -> None:
+    y = np.arange(len(stds))
+    for t in targets:
+        if t["std"] > 0:
+            ax.axvspan(t["std"] / t["ratio"], t["std"] * t["ratio"], color=t["color"], alpha=0.15)
+            label = f"{t['label']} std {t['std']:.4g}, within x{t['ratio']:g}"
+            ax.axvline(t["std"], color=t["color"], ls="--", lw=1.2, label=label)
+    ax.scatter(stds, y, c=colors, s=40, zorder=3)
+    if len(stds) and (stds > 0).all():
+        ax.set_xscale("log")
+    ax.set_xlabel("shard std (data units, log scale)")
+    ax.legend(loc="best", fontsize=8)
+
+
+def stats(report: ReportData, name: str) -> Figure:
+    """Each shard's mean and std of one column against what the scan compared them with."""
+    shards = _shard_stats(report, name)
+    paths = sorted(shards)
+    flagged: dict[str, list[str]] = {}
+    for f in column_level_findings(report, name):
+        flagged.setdefault(f["path"], []).append(f["check"])
+    targets = _targets(report, name, shards)
+    colors = ["#d62728" if p in flagged else "#1f77b4" for p in paths]
+    fig = new_figure(10, 1.8 + 0.35 * max(len(paths), 3))
+    left, right = fig.subplots(1, 2, sharey=True)
+    _mean_panel(left, np.array([shards[p]["mean"] for p in paths], float), colors, targets)
+    _std_panel(right, np.array([shards[p]["std"] for p in paths], float), colors, targets)
+    names = [
+        f"{n} ({', '.join(flagged[p])})" if p in flagged else n
+        for n, p in zip(short_names(paths), paths, strict=True)
+    ]
+    left.set_yticks(range(len(paths)), names)
+    left.set_ylabel("shard (file); red: flagged")
+    left.invert_yaxis()
+    fig.suptitle(
+        f"Statistics of {name!r} per shard: {len(flagged)} of {len(paths)} shards flagged "
+        f"(drift / unnormalized); band = allowed"
+    )
+    return fig
