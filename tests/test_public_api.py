@@ -38,6 +38,8 @@ def test_check_names_are_stable() -> None:
         "schema",
         "drift",
         "unnormalized",
+        "constant",
+        "empty",
     }
 
 

@@ -60,7 +60,11 @@ OUT_OF_RANGE = CheckSpec(
     "out_of_range", Severity.ERROR, "value", "a value outside the schema's declared range"
 )
 CORRUPT = CheckSpec(
-    "corrupt", Severity.ERROR, "file", "a file that cannot be read whole (row is null)"
+    "corrupt",
+    Severity.ERROR,
+    "file",
+    "a file that cannot be read whole (row is null); for a sample inside a container (an "
+    "image member of a tar shard, a record), the sample that does not decode (its row)",
 )
 SCHEMA = CheckSpec(
     "schema",
@@ -83,8 +87,32 @@ UNNORMALIZED = CheckSpec(
     "a column marked normalized whose shard mean/std are far from the target; row is null",
 )
 
+CONSTANT = CheckSpec(
+    "constant",
+    Severity.WARNING,
+    "value",
+    "an image whose every pixel has one value (a blank frame), when the schema's images: "
+    "section asks for it",
+)
+EMPTY = CheckSpec(
+    "empty", Severity.WARNING, "value", "an empty document or sequence in a token dataset"
+)
+
 CHECKS: dict[str, CheckSpec] = {
-    c.name: c for c in (NAN, INF, NULL, EXTREME, OUT_OF_RANGE, CORRUPT, SCHEMA, DRIFT, UNNORMALIZED)
+    c.name: c
+    for c in (
+        NAN,
+        INF,
+        NULL,
+        EXTREME,
+        OUT_OF_RANGE,
+        CORRUPT,
+        SCHEMA,
+        DRIFT,
+        UNNORMALIZED,
+        CONSTANT,
+        EMPTY,
+    )
 }
 """Built-in checks by name.  Schema-declared checks report under their own names too."""
 

@@ -168,6 +168,9 @@ def _check_tensors(
 def _check_chunk(
     chunk: Chunk, schema: CompiledSchema | None, col: _Collector, profiler: Profiler | None = None
 ) -> None:
+    col.findings(chunk.findings)  # what the reader found while decoding (media, token files)
+    for key, h in chunk.hits:
+        col.hits(key, h, chunk.row_offset)
     if chunk.tensors is not None:
         _check_tensors(chunk, schema, col, profiler)
     batch = chunk.batch
@@ -246,6 +249,8 @@ def scan_unit(
     opts = dict(options or {})
     if schema is not None:
         opts.setdefault("arrow_types", schema.arrow_types)
+        if schema.media is not None:
+            opts.setdefault("media", schema.media)
     try:
         opened = get_format(unit.format).open(unit, opts)
     except Exception as exc:  # noqa: BLE001 - reader boundary

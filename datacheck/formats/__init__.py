@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
+    from datacheck.checks._numpy import Hits
+    from datacheck.findings import Finding
+
 __all__ = ["Chunk", "Format", "Opened", "WorkUnit", "detect", "get_format", "register"]
 
 
@@ -58,6 +61,11 @@ class Chunk:
     batch: pa.RecordBatch | pa.Table | None = None
     tensors: Mapping[str, np.ndarray] | None = None
     """Tensor key -> array with the sample index on axis 0 (tensor formats)."""
+    findings: list[Finding] = field(default_factory=list)
+    """What the reader found itself, rows absolute (an image member that does not decode)."""
+    hits: list[tuple[str, Hits]] = field(default_factory=list)
+    """(key, hits) the reader found itself, rows relative to ``row_offset`` (token ids past
+    the vocabulary): vectorised, for findings that may number millions."""
 
     @property
     def num_rows(self) -> int:
@@ -102,7 +110,12 @@ class Format:
 
 
 _REGISTRY: dict[str, Format] = {}
-_BUILTIN_MODULES = ("datacheck.formats._tabular", "datacheck.formats._tensor")
+_BUILTIN_MODULES = (
+    "datacheck.formats._tabular",
+    "datacheck.formats._tensor",
+    "datacheck.formats._image",
+    "datacheck.formats._audio",
+)
 _loaded = False
 
 

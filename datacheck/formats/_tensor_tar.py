@@ -5,8 +5,11 @@ same key form one sample) under the key ``input.npy`` (the manifest ``column``);
 ``row`` is the sample's ordinal in the shard.  Decoded members: ``.npy`` (memory-mapped in an
 uncompressed shard), ``.pt``/``.pth`` (``weights_only``), ``.json`` (numbers, lists of numbers,
 and the numeric fields of an object as ``<ext>.<field>``) and numeric text (``.cls``,
-``.label``, ``.index``, ...).  Other members (images, audio, captions) are listed and checked
-for readability only; ``.pyd``/``.pickle`` members are never unpickled (the shard is corrupt).
+``.label``, ``.index``, ...).  Image members (``.jpg``, ``.png``, ...) are fully decoded and
+audio members (``.wav``, ``.flac``, ...) decoded, under the schema's ``images:`` rules: one that
+does not decode is a ``corrupt`` finding at the sample's row (column: the member key), and the
+rest of the shard is still checked.  Other members (captions) are listed and checked for
+readability only; ``.pyd``/``.pickle`` members are never unpickled (the shard is corrupt).
 
 Nothing is extracted to disk and member names are never used as paths; links are not followed.
 A member whose header claims bytes past the end of the file stops the read (``corrupt``); a
@@ -25,19 +28,25 @@ from typing import Any
 
 import numpy as np
 
+from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
 from datacheck.formats import Chunk, Format, Opened, WorkUnit
+from datacheck.formats._audio import AUDIO_EXTS, check_audio
+from datacheck.formats._image import IMAGE_EXTS, MAX_IMAGE_BYTES, DecodeError, check_image
 from datacheck.formats._tensor_common import (
     MAX_MEMBER_BYTES,
     MAX_NPY_HEADER,
     MAX_TEXT_BYTES,
     MappedFile,
     SampleBatcher,
+    SampleChunk,
     TensorFileError,
     npy_data_bytes,
     pickle_error,
     read_npy_header,
     split_member,
 )
+from datacheck.schema._media import MediaSchema, media_rules
 
 NUMERIC_TEXT = frozenset(
     {"cls", "cls2", "index", "idx", "id", "label", "labels", "target", "value", "score"}
@@ -87,14 +96,29 @@ def _numeric_text(data: bytes) -> np.ndarray | None:
 class _Shard:
     """One pass over a shard's members, yielding stacked sample chunks."""
 
-    def __init__(self, tf: tarfile.TarFile, mf: MappedFile | None, columns: dict[str, str]) -> None:
+    def __init__(
+        self,
+        tf: tarfile.TarFile,
+        mf: MappedFile | None,
+        columns: dict[str, str],
+        path: str = "",
+        media: MediaSchema | None = None,
+    ) -> None:
         self.tf, self.mf, self.columns = tf, mf, columns
+        self.path, self.media = path, media or MediaSchema()
         self.problems: list[str] = []
+        self.found: list[Finding] = []
+        """Findings of decoded media members (absolute rows), handed out with the next chunk."""
+        self.ordinal = -1
         self.released = 0
 
     def chunks(self) -> Iterator[Chunk]:
         try:
-            yield from self._chunks()
+            for chunk in self._chunks():
+                chunk.findings, self.found = self.found, []
+                yield chunk
+            if self.found:
+                yield SampleChunk(row_offset=self.ordinal + 1, tensors={}, findings=self.found)
         finally:
             self.tf.close()
 
@@ -113,15 +137,28 @@ class _Shard:
                     self._release(m.offset)
                 ordinal, key, sample = ordinal + 1, parts[0], {}
             try:
+                self.ordinal = ordinal
                 sample.update(self._decode(m, parts[1]))
             except Exception as exc:  # noqa: BLE001 - one bad member; the rest is still checked
                 self.problems.append(f"sample {ordinal} ({key!r}), member {m.name!r}: {exc}")
         if key is not None:
             yield from batcher.add(ordinal, sample)
         yield from batcher.finish(ordinal + 1)
+        self._check_end()
         if self.problems:
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
             raise TensorFileError(f"{self.problems[0]}{more}")
+
+    def _check_end(self) -> None:
+        """tarfile ends quietly at a header cut short: the end-of-archive block must be there."""
+        if self.mf is None:
+            return  # compressed: the decompressor reports a stream cut short
+        end = self.tf.offset
+        if end + tarfile.BLOCKSIZE > self.mf.size or any(self.mf.bytes(end, tarfile.BLOCKSIZE)):
+            raise TensorFileError(
+                f"truncated: the shard ends at byte {self.mf.size} inside a member header "
+                f"(offset {end}), without the end-of-archive block; samples after it are lost"
+            )
 
     def _check_bounds(self, m: tarfile.TarInfo) -> None:
         if self.mf is not None and m.offset_data + m.size > self.mf.size:
@@ -153,9 +190,25 @@ class _Shard:
             return self._json(ext, self._bytes(m, MAX_TEXT_BYTES))
         if last in NUMERIC_TEXT:
             return self._found(ext, _numeric_text(self._bytes(m, MAX_TEXT_BYTES)), "text")
+        if f".{last}" in IMAGE_EXTS or f".{last}" in AUDIO_EXTS:
+            self._media(m, ext, f".{last}" in IMAGE_EXTS)
+            return {}
         self.columns.setdefault(ext, "bytes")
         self._readable(m)
         return {}
+
+    def _media(self, m: tarfile.TarInfo, ext: str, image: bool) -> None:
+        """Decode an image/audio member; what it breaks is a finding at the sample's row."""
+        self.columns.setdefault(ext, "image" if image else "audio")
+        data = self._bytes(m, MAX_IMAGE_BYTES)
+        try:
+            problems = check_image(data, self.media.images) if image else check_audio(data)
+        except DecodeError as exc:
+            err = Severity.ERROR
+            self.found.append(Finding(self.path, "corrupt", err, str(exc), ext, self.ordinal))
+            return
+        for p in problems:
+            self.found.append(Finding(self.path, p.check, p.severity, p.message, ext, self.ordinal))
 
     def _found(self, col: str, arr: np.ndarray | None, other: str = "") -> dict[str, np.ndarray]:
         if arr is None:
@@ -236,4 +289,5 @@ class TarFormat(Format):
         tf = tarfile.open(unit.path, "r:*")  # noqa: SIM115 - closed when its chunks end
         mf = None if compressed else MappedFile(unit.path)
         columns: dict[str, str] = {}
-        return Opened(columns, _Shard(tf, mf, columns).chunks())
+        shard = _Shard(tf, mf, columns, unit.path, media_rules(options))
+        return Opened(columns, shard.chunks())

@@ -88,6 +88,8 @@ class CompiledSchema:
     """Arrow types to parse text formats (CSV, JSON Lines) with."""
     tensors: Any = None
     """The ``tensors:`` section (a ``datacheck.schema._tensors.TensorSchema``), or None."""
+    media: Any = None
+    """The ``images:``/``tokens:`` sections (a ``datacheck.schema._media.MediaSchema``), or None."""
 
     def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
         spec = self.columns.get(name)
@@ -212,11 +214,12 @@ def _validate_yaml_checks(doc: Any, where: str) -> None:
                 raise SchemaError(f"schema {where}, column {col!r}: unknown check {name!r}{hint}")
 
 
-def _load_yaml(path: Path) -> tuple[Any, Any]:
-    """The pandera schema (None for a tensors-only file) and the ``tensors:`` section."""
+def _load_yaml(path: Path) -> tuple[Any, Any, Any]:
+    """The pandera schema (None without ``columns:``), the ``tensors:`` and media sections."""
     import yaml
     from pandera.api.pandas.container import DataFrameSchema
 
+    from datacheck.schema._media import SECTIONS, parse_media_sections
     from datacheck.schema._tensors import parse_tensor_section, safe_load_yaml
 
     where = repr(str(path))
@@ -235,14 +238,17 @@ def _load_yaml(path: Path) -> tuple[Any, Any]:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         at = f" line {line + 1}" if line is not None else ""
         raise SchemaError(f"schema {where}{at}: invalid YAML; fix the syntax") from exc
-    if isinstance(doc, dict) and "tensors" in doc:  # datacheck's section: pandera never sees it
-        tensors = parse_tensor_section(doc.pop("tensors"), where)
+    media = parse_media_sections(doc, where) if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and ("tensors" in doc or media is not None):  # pandera never sees
+        tensors = parse_tensor_section(doc.pop("tensors"), where) if "tensors" in doc else None
+        for name in SECTIONS:
+            doc.pop(name, None)
         if "columns" not in doc:
-            return None, tensors
+            return None, tensors, media
         text = yaml.safe_dump(doc, sort_keys=False)
     _validate_yaml_checks(doc, where)
     try:
-        return DataFrameSchema.from_yaml(text), tensors
+        return DataFrameSchema.from_yaml(text), tensors, media
     except Exception as exc:  # pandera raises many types here
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SchemaError(f"schema {where}: pandera cannot load it: {msg}") from exc
@@ -289,11 +295,11 @@ def load_schema(spec: Any) -> CompiledSchema | None:
             raise SchemaError(
                 f"schema {text!r}: no such file; pass a pandera YAML file or module:attr"
             )
-        frame, tensors = _load_yaml(path)
+        frame, tensors, media = _load_yaml(path)
         compiled = (
             compile_schema(frame, str(path)) if frame is not None else CompiledSchema(str(path))
         )
-        return replace(compiled, tensors=tensors)
+        return replace(compiled, tensors=tensors, media=media)
     if ":" in text:
         return compile_schema(_load_python(text), text)
     raise SchemaError(

@@ -33,6 +33,18 @@ def planted(n: int = N, dtype: type = np.float32) -> np.ndarray:
     return x
 
 
+def _tiny_jpeg() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (10, 20, 30)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+TINY_JPEG = _tiny_jpeg()
+"""A real (decodable) JPEG: tar shards' image members are decoded."""
+
+
 def npy_bytes(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
@@ -59,7 +71,7 @@ def _tar_npy(d: Path, x: np.ndarray, mode: str = "w", name: str = "shard.tar") -
     for i, sample in enumerate(x):
         members.append((f"s{i:05d}.image.npy", npy_bytes(sample)))
         members.append((f"s{i:05d}.cls", str(i % 10).encode()))
-        members.append((f"s{i:05d}.jpg", b"\xff\xd8not-really-a-jpeg"))
+        members.append((f"s{i:05d}.jpg", TINY_JPEG))
     return write_tar(d / name, members, mode)
 
 
@@ -212,9 +224,9 @@ def test_tar_json_and_numeric_text(tmp_path: Path) -> None:
 
 
 def test_tar_samples_without_numeric_members_still_counted(tmp_path: Path) -> None:
-    members = [(f"k{i}.jpg", b"x") for i in range(3)]
+    members = [(f"k{i}.txt", b"x") for i in range(3)]
     members += [("k3.npy", npy_bytes(np.array([np.nan])))]
-    members += [(f"k{i}.jpg", b"x") for i in range(4, 9)]
+    members += [(f"k{i}.txt", b"x") for i in range(4, 9)]
     report = scan(write_tar(tmp_path / "s.tar", members))
     assert sites(report) == {(3, "npy", "nan")}
     assert report.files.iloc[0]["rows"] == 9

@@ -1,0 +1,184 @@
+"""Images in folders and tar shards: every image fully decoded, faults at the right file/row."""
+
+from __future__ import annotations
+
+import io
+import struct
+import tarfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import datacheck
+
+
+def image_bytes(fmt: str = "JPEG", size: tuple[int, int] = (48, 32), mode: str = "RGB") -> bytes:
+    rng = np.random.default_rng(sum(size))
+    channels = {"RGB": 3, "L": 1}[mode]
+    pixels = rng.integers(0, 255, (size[1], size[0], channels), dtype=np.uint8)
+    img = Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def bomb_png(width: int = 100_000, height: int = 100_000) -> bytes:
+    """A tiny PNG whose header claims width x height RGB pixels (30 GB decoded)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"\0" * 1024)
+    body = png_chunk(b"IHDR", ihdr) + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + body
+
+
+def bad_crc_png() -> bytes:
+    data = bytearray(image_bytes("PNG"))
+    at = data.index(b"IDAT")
+    length = struct.unpack(">I", data[at - 4 : at])[0]
+    data[at + 4 + length] ^= 0x01  # the IDAT chunk's CRC: pixels still decode
+    return bytes(data)
+
+
+def faults() -> dict[str, bytes]:
+    jpeg, png = image_bytes("JPEG"), image_bytes("PNG")
+    return {
+        "truncated.jpg": jpeg[: len(jpeg) // 2],
+        "truncated.png": png[: len(png) // 2],
+        "bad_crc.png": bad_crc_png(),
+        "empty.jpg": b"",
+        "bomb.png": bomb_png(),
+    }
+
+
+def image_folder(root: Path) -> Path:
+    """ImageFolder layout: two class folders of good images plus one of every fault."""
+    for cls, fmt, ext in (("cat", "JPEG", "jpg"), ("dog", "PNG", "png")):
+        (root / cls).mkdir(parents=True)
+        for i in range(3):
+            (root / cls / f"{i}.{ext}").write_bytes(image_bytes(fmt, (40 + i, 30)))
+    (root / "bad").mkdir()
+    for name, data in faults().items():
+        (root / "bad" / name).write_bytes(data)
+    return root
+
+
+def scan(path: Path, **kw: object) -> datacheck.Report:
+    return datacheck.scan(str(path), executor="inprocess", workers=1, **kw)
+
+
+def by_name(report: datacheck.Report) -> dict[str, dict]:
+    return {Path(f["path"]).name: f for f in report.data["files"]}
+
+
+def test_image_folder_every_fault_found(tmp_path: Path) -> None:
+    report = scan(image_folder(tmp_path / "imgs"))
+    files = by_name(report)
+    assert len(files) == 11
+    for name in ("0.jpg", "1.jpg", "2.jpg", "0.png", "1.png", "2.png"):
+        assert files[name]["status"] == "ok", files[name]
+        assert files[name]["rows"] == 1
+    for name in ("truncated.jpg", "truncated.png", "bad_crc.png", "empty.jpg"):
+        assert files[name]["status"] == "corrupt", name
+    assert "truncated" in files["truncated.jpg"]["error"]
+    assert "checksum" in files["bad_crc.png"]["error"]
+    assert "empty" in files["empty.jpg"]["error"]
+    assert "Traceback" not in "".join(f["error"] or "" for f in files.values())
+    bomb = files["bomb.png"]
+    assert bomb["status"] == "flagged" and bomb["counts"] == {"schema": 1}
+    found = report.findings
+    msg = found[found["path"].str.endswith("bomb.png")]["value"].iloc[0]
+    assert "max_pixels" in msg and "not decoded" in msg
+
+
+def test_one_corrupt_finding_per_bad_image(tmp_path: Path) -> None:
+    report = scan(image_folder(tmp_path / "imgs"))
+    corrupt = report.findings[report.findings["check"] == "corrupt"]
+    assert sorted(Path(p).name for p in corrupt["path"]) == sorted(
+        ["truncated.jpg", "truncated.png", "bad_crc.png", "empty.jpg"]
+    )
+    assert corrupt["row"].isna().all()
+
+
+def test_images_schema_rules(tmp_path: Path) -> None:
+    d = tmp_path / "imgs"
+    d.mkdir()
+    (d / "gray.png").write_bytes(image_bytes("PNG", (40, 30), "L"))
+    (d / "small.jpg").write_bytes(image_bytes("JPEG", (8, 8)))
+    (d / "big.jpg").write_bytes(image_bytes("JPEG", (300, 20)))
+    (d / "ok.jpg").write_bytes(image_bytes("JPEG", (40, 30)))
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30), (7, 7, 7)).save(buf, "PNG")
+    (d / "blank.png").write_bytes(buf.getvalue())
+    (d / "huge.png").write_bytes(bomb_png(200, 200))
+    schema = tmp_path / "s.yaml"
+    schema.write_text(
+        "images:\n  mode: RGB\n  min_size: [16, 16]\n  max_size: [256, 256]\n"
+        "  max_pixels: 30000\n  constant: true\n"
+    )
+    report = scan(d, schema=str(schema))
+    f = report.findings.set_index(report.findings["path"].map(lambda p: Path(p).name))
+    assert set(f.index) == {"gray.png", "small.jpg", "big.jpg", "blank.png", "huge.png"}
+    assert "mode L" in f.loc["gray.png", "value"]
+    assert "min_size" in f.loc["small.jpg", "value"]
+    assert "max_size" in f.loc["big.jpg", "value"]
+    assert f.loc["blank.png", "check"] == "constant"
+    assert f.loc["blank.png", "severity"] == "warning"
+    assert "max_pixels 30000" in f.loc["huge.png", "value"]
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ("images:\n  mode: RBG\n", "did you mean 'RGB'"),
+        ("images:\n  min_size: 5\n", "[width, height]"),
+        ("images:\n  max_pixel: 5\n", "did you mean 'max_pixels'"),
+    ],
+)
+def test_images_schema_mistakes(section: str, message: str, tmp_path: Path) -> None:
+    schema = tmp_path / "s.yaml"
+    schema.write_text(section)
+    with pytest.raises(datacheck.SchemaError, match=message.replace("[", r"\[")):
+        datacheck.load_schema(str(schema))
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes]], mode: str = "w") -> Path:
+    with tarfile.open(path, mode) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_tar_image_members_decoded(mode: str, tmp_path: Path) -> None:
+    bad = faults()
+    members = []
+    for i in range(6):
+        members.append((f"s{i:03d}.cls", str(i).encode()))
+        members.append((f"s{i:03d}.jpg", image_bytes("JPEG")))
+    members[3] = ("s001.jpg", bad["truncated.jpg"])
+    members[9] = ("s004.jpg", bad["empty.jpg"])
+    members.append(("s006.png", bad["bad_crc.png"]))
+    report = scan(write_tar(tmp_path / "shard.tar", members, mode))
+    entry = report.data["files"][0]
+    assert entry["status"] == "flagged" and entry["rows"] == 7
+    assert entry["columns"]["jpg"] == "image"
+    f = report.findings
+    assert {(int(r.row), r.column, r.check) for r in f.itertuples()} == {
+        (1, "jpg", "corrupt"),
+        (4, "jpg", "corrupt"),
+        (6, "png", "corrupt"),
+    }
+    assert "truncated" in f[f["row"] == 1]["value"].iloc[0]
+
+
+def test_image_scan_in_worker_processes(tmp_path: Path) -> None:
+    report = datacheck.scan(str(image_folder(tmp_path / "imgs")), executor="processes", workers=2)
+    assert report.data["summary"]["status"] == {"ok": 6, "flagged": 1, "corrupt": 4}
