@@ -117,6 +117,8 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
                     seen.setdefault(os.path.normpath(f), str(p))
             else:
                 seen.setdefault(os.path.normpath(match), str(p.parent))
+    for path in [p for p in seen if p.endswith(".bin") and p[: -len(".bin")] + ".idx" in seen]:
+        del seen[path]  # a Megatron pair is one dataset, read from its .idx
     if not seen:
         raise InputError(
             f"inputs {inputs!r}: no data files found ({_known_formats()}); "

@@ -115,6 +115,7 @@ _BUILTIN_MODULES = (
     "datacheck.formats._tensor",
     "datacheck.formats._image",
     "datacheck.formats._audio",
+    "datacheck.formats._tokens",
 )
 _loaded = False
 
