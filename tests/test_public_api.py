@@ -40,6 +40,7 @@ def test_check_names_are_stable() -> None:
         "unnormalized",
         "constant",
         "empty",
+        "load_error",
     }
 
 

@@ -15,6 +15,14 @@ below 65520 down to 65504): ``float(np.nextafter(65520.0, 0.0))``."""
 BF16_MAX = 3.3895313892515355e38
 """Largest finite bfloat16."""
 
+FITS: dict[str, tuple[str, float]] = {
+    "fp16": ("fp16_safe", FP16_OVERFLOW),
+    "bf16": ("bf16_safe", BF16_MAX),
+}
+"""Training dtypes a value must fit, by name: the check reporting |x| above the limit, and the
+limit (an error). The same names and limits as the schema's ``fits:`` / ``fp16_safe`` checks;
+``GuardedLoader(fits=...)`` uses this table."""
+
 
 class Severity(str, enum.Enum):
     """How bad a finding is; ``--fail-on`` gates on it."""
@@ -98,6 +106,15 @@ EMPTY = CheckSpec(
     "empty", Severity.WARNING, "value", "an empty document or sequence in a token dataset"
 )
 
+# Runtime checks (GuardedLoader): same registry, same manifest columns.
+LOAD_ERROR = CheckSpec(
+    "load_error",
+    Severity.ERROR,
+    "value",
+    "a sample whose loading raised (the Dataset's __getitem__); value: the exception's type "
+    "and message",
+)
+
 CHECKS: dict[str, CheckSpec] = {
     c.name: c
     for c in (
@@ -112,6 +129,7 @@ CHECKS: dict[str, CheckSpec] = {
         UNNORMALIZED,
         CONSTANT,
         EMPTY,
+        LOAD_ERROR,
     )
 }
 """Built-in checks by name.  Schema-declared checks report under their own names too."""

@@ -13,7 +13,8 @@ from datacheck.torch._guard import (
     TrainingStopped,
     bad_steps,
 )
-from datacheck.torch._loader import GuardedLoader, LoaderConfig, LoaderStats
+from datacheck.torch._loader import GuardedLoader
+from datacheck.torch._loader_config import LoaderConfig, LoaderStats
 from datacheck.torch._quarantine import indices_from_scan, read_quarantine
 
 __all__ = [

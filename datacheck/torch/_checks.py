@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import torch
 
 from datacheck.checks._numpy import RowMap, check_values
-from datacheck.checks._registry import Severity
+from datacheck.checks._registry import FITS, Severity
 from datacheck.checks._rules import Bound, ColumnRules, Range, range_holds
 from datacheck.errors import UsageError
 
@@ -79,16 +79,17 @@ def map_leaves(batch: Any, fn: Callable[[str, Any], Any], prefix: str = "") -> A
         items = {k: map_leaves(v, fn, _join(prefix, k)) for k, v in batch.items()}
         return items if type(batch) is dict else _rebuild(batch, items)
     if isinstance(batch, _SEQUENCES) and _is_container(batch):
-        items = [map_leaves(v, fn, _join(prefix, i)) for i, v in enumerate(batch)]
+        seq = [map_leaves(v, fn, _join(prefix, i)) for i, v in enumerate(batch)]
         if isinstance(batch, list):
-            return items
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+            return seq
+        return type(batch)(*seq) if hasattr(batch, "_fields") else type(batch)(seq)
     return fn(prefix or ROOT_KEY, batch)
 
 
 def _rebuild(mapping: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
+    cls: Any = type(mapping)
     try:
-        return type(mapping)(items)
+        return cls(items)
     except TypeError:
         return items
 
@@ -165,16 +166,22 @@ def _match(key: str, table: Mapping[str, Any]) -> tuple[bool, Any]:
     return False, None
 
 
+MaxAbs = float | None | Mapping[str, float | None]
+
+
 def leaf_rules(
     key: str,
     dtype: torch.dtype,
-    max_abs: float | None | Mapping[str, float | None],
+    max_abs: MaxAbs,
     ranges: Mapping[str, Range],
+    fits: str | None = None,
 ) -> ColumnRules | None:
     """The rules a leaf runs: NaN/Inf/``extreme`` on floats, ``out_of_range`` where named.
 
     ``max_abs`` is one bound for every floating leaf, or a mapping from key (or glob pattern)
     to a bound (None: no bound); a floating leaf absent from the mapping has no bound.
+    ``fits`` (``fp16``, ``bf16``) adds the schema's ``fp16_safe`` / ``bf16_safe`` error on
+    floating leaves wider than that dtype: |x| above which the value overflows it.
     """
     if dtype == torch.bool or dtype.is_complex:
         return None
@@ -182,10 +189,11 @@ def leaf_rules(
     range_rules = (rng,) if found else ()
     if not dtype.is_floating_point:
         return ColumnRules(nan=None, inf=None, ranges=range_rules) if range_rules else None
-    bound = max_abs
-    if isinstance(max_abs, Mapping):
-        bound = _match(key, max_abs)[1]
-    bounds = (Bound(float(bound)),) if bound is not None else ()
+    bound = _match(key, max_abs)[1] if isinstance(max_abs, Mapping) else max_abs
+    bounds: tuple[Bound, ...] = (Bound(float(bound)),) if bound is not None else ()
+    if fits is not None and torch.finfo(dtype).max > FITS[fits][1]:
+        check, limit = FITS[fits]
+        bounds += (Bound(limit, check, Severity.ERROR),)
     return ColumnRules(bounds=bounds, ranges=range_rules)
 
 
@@ -193,14 +201,15 @@ class LeafRules:
     """:func:`leaf_rules` bound to a loader's options, memoised per (key, dtype); picklable."""
 
     def __init__(
-        self, max_abs: float | None | Mapping[str, float | None], ranges: Mapping[str, Range]
+        self, max_abs: MaxAbs, ranges: Mapping[str, Range], fits: str | None = None
     ) -> None:
-        self.max_abs, self.ranges = max_abs, dict(ranges)
+        self.max_abs, self.ranges, self.fits = max_abs, dict(ranges), fits
         self._cache: dict[tuple[str, torch.dtype], ColumnRules | None] = {}
 
     def __call__(self, key: str, dtype: torch.dtype) -> ColumnRules | None:
         if (key, dtype) not in self._cache:
-            self._cache[key, dtype] = leaf_rules(key, dtype, self.max_abs, self.ranges)
+            rules = leaf_rules(key, dtype, self.max_abs, self.ranges, self.fits)
+            self._cache[key, dtype] = rules
         return self._cache[key, dtype]
 
 
@@ -273,7 +282,7 @@ class PendingCheck:
         return out
 
 
-def _flag_leaves(batch: Any, n: int, rules_for: RulesFor) -> tuple[list[_Leaf], list[torch.Tensor]]:
+def flag_leaves(batch: Any, n: int, rules_for: RulesFor) -> tuple[list[_Leaf], list[torch.Tensor]]:
     checked: list[_Leaf] = []
     flags: list[torch.Tensor] = []
     for key, leaf in leaves(batch):
@@ -293,7 +302,7 @@ def _flag_leaves(batch: Any, n: int, rules_for: RulesFor) -> tuple[list[_Leaf], 
 
 def launch_check(batch: Any, n: int, rules_for: RulesFor) -> PendingCheck:
     """Enqueue the per-sample checks of every leaf of ``batch`` (``n`` samples)."""
-    checked, flags = _flag_leaves(batch, n, rules_for)
+    checked, flags = flag_leaves(batch, n, rules_for)
     if not flags:
         return PendingCheck(n, checked, None)
     stacked = torch.stack(flags)
@@ -306,37 +315,26 @@ def launch_check(batch: Any, n: int, rules_for: RulesFor) -> PendingCheck:
     return PendingCheck(n, checked, host, event)
 
 
-class CheckingCollate:
-    """The user's collate_fn, then the flagging pass, run in the DataLoader worker.
-
-    Used when batches stay on the CPU and workers exist: the per-sample reductions then run in
-    parallel with training, and the main process only reads the flags. Returns
-    ``(batch, flags or None, flagged leaf keys)``.
-    """
-
-    def __init__(self, collate: Callable[[list[Any]], Any], rules_for: RulesFor) -> None:
-        self.collate, self.rules_for = collate, rules_for
-
-    def __call__(self, samples: list[Any]) -> tuple[Any, torch.Tensor | None, list[str]]:
-        batch = self.collate(samples)
-        checked, flags = _flag_leaves(batch, len(samples), self.rules_for)
-        return batch, (torch.stack(flags) if flags else None), [c.key for c in checked]
-
-
 def worker_check(
     batch: Any, n: int, flags: torch.Tensor | None, keys: list[str], rules_for: RulesFor
 ) -> PendingCheck:
-    """The :class:`PendingCheck` of a batch a :class:`CheckingCollate` already flagged."""
+    """The :class:`PendingCheck` of a batch the worker already flagged (``GuardedCollate``)."""
     if flags is None:
         return PendingCheck(n, [], None)
     by_key = dict(leaves(batch))
-    checked = [_Leaf(k, by_key[k].reshape(n, -1), rules_for(k, by_key[k].dtype)) for k in keys]
+    checked = []
+    for k in keys:
+        rules = rules_for(k, by_key[k].dtype)
+        assert rules is not None  # the worker flagged this leaf with the same rules
+        checked.append(_Leaf(k, by_key[k].reshape(n, -1), rules))
     return PendingCheck(n, checked, flags)
 
 
 def _to_numpy(x: torch.Tensor) -> np.ndarray:
-    if x.dtype in (torch.float16, torch.bfloat16):
-        x = x.to(torch.float32)  # exact; NumPy has no bfloat16
+    if x.is_floating_point():
+        # exact; and NumPy compares a float32 array with a bound *rounded to float32*
+        # (65519.99.. becomes 65520), so the flagged rows are judged in float64
+        x = x.to(torch.float64)
     return x.cpu().numpy()
 
 

@@ -1,33 +1,27 @@
 """GuardedLoader: re-check each batch where it will be used and quarantine bad samples.
 
-How a batch's dataset indices are known without touching the Dataset: the wrapper rebuilds the
-user's DataLoader around a *recorded* batch sampler (:class:`_RecordedBatches`).  The loader
-draws index lists from it in the main process, in order, ahead of the workers (prefetching);
-each list is appended to a FIFO as it is drawn, and since the DataLoader yields batches in the
-order their indices were drawn (``in_order=True``, the default), the FIFO's head is always the
-batch that just arrived.  The same sampler wrapper skips quarantined indices, so the workers
-never load them.
+How a batch's dataset indices are known without touching the Dataset: see
+:mod:`._loader_batches` (a recorded batch sampler, matched in order). How a sample that raises
+while loading becomes a ``load_error`` instead of the end of the run: see :mod:`._fetch`.
+This module is the loop: unpack each fetched batch, check it, judge it against ``drop_on``,
+quarantine, and yield what is left; under DDP the ranks agree on skips and exclusions.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import torch
-import torch.distributed as dist
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from datacheck.checks._registry import FP16_MAX, OUT_OF_RANGE
-from datacheck.checks._rules import Range
+from datacheck.checks._registry import LOAD_ERROR
 from datacheck.errors import BadSampleError, UsageError
+from datacheck.torch import _loader_batches as _b
 from datacheck.torch._checks import (
-    CheckingCollate,
     LeafRules,
     PendingCheck,
     SampleFinding,
@@ -36,175 +30,22 @@ from datacheck.torch._checks import (
     worker_check,
 )
 from datacheck.torch._checks import to_device as _to_device
+from datacheck.torch._fetch import Fetched, GuardedCollate, LoadFailure, SafeDataset
+from datacheck.torch._loader_config import LoaderConfig, LoaderStats, as_index_set, over_budget
 from datacheck.torch._quarantine import QuarantineWriter, quarantined_indices
+from datacheck.torch._sample_paths import SamplePaths, resolve_exclude
 
 logger = logging.getLogger("datacheck.torch")
-
-ON_BAD = ("drop", "raise", "skip_batch")
-_SKIPPED = None
-"""FIFO entry of a batch whose indices were all quarantined: nothing was sent to the workers."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoaderConfig:
-    """What :class:`GuardedLoader` checks and what it does with bad samples."""
-
-    quarantine: str | os.PathLike[str] | None = None
-    """Folder of the per-rank append-only manifests (None: nothing written)."""
-    device: str | torch.device | None = None
-    """Where to check; batches are moved there and yielded there (None: left where they are)."""
-    on_bad: str = "drop"
-    """``drop`` the bad samples, ``raise`` BadSampleError, or ``skip_batch`` (whole batch)."""
-    max_abs: float | None | Mapping[str, float | None] = FP16_MAX
-    """Bound on |x| of floating leaves (``extreme``); or per key / glob pattern; None: none."""
-    ranges: Mapping[str, tuple[float | None, float | None] | Range] = field(default_factory=dict)
-    """Inclusive ``(min, max)`` per key or glob pattern (``out_of_range``), e.g. token ids."""
-    skip_quarantined: bool = True
-    """Do not load indices the quarantine folder already holds (sampler-level filtering)."""
-    exclude: Iterable[int] = frozenset()
-    """More dataset indices never to load, e.g. from :func:`indices_from_scan`."""
-    allow_empty: bool = False
-    """With ``drop``, yield a zero-size batch instead of skipping a batch that lost every sample."""
-    deferred: bool = False
-    """Resolve each batch one batch later so the host never waits on the check (lags one step)."""
-    coordinate: bool | None = None
-    """All-reduce each batch's skip flag so all ranks skip together; None: auto under DDP."""
-    check_in_workers: bool | None = None
-    """Flag bad samples in the DataLoader workers; None: when batches stay on CPU with workers."""
-    fsync: bool = False
-    """fsync the manifest after each bad batch (survives power loss, not just a crash)."""
-    non_blocking: bool = True
-    """Copy batches to ``device`` with ``non_blocking`` (asynchronous from pinned memory)."""
-
-    def __post_init__(self) -> None:
-        if self.on_bad not in ON_BAD:
-            raise UsageError(f"on_bad={self.on_bad!r} is not valid; use one of {', '.join(ON_BAD)}")
-        bounds = self.max_abs.values() if isinstance(self.max_abs, Mapping) else [self.max_abs]
-        for b in bounds:
-            if b is not None and not float(b) > 0:
-                raise UsageError(f"max_abs={b!r} must be a positive number or None")
-        object.__setattr__(self, "ranges", {k: _as_range(k, v) for k, v in self.ranges.items()})
-        object.__setattr__(self, "exclude", frozenset(int(i) for i in self.exclude))
-        if self.device is not None:
-            try:
-                object.__setattr__(self, "device", torch.device(self.device))
-            except (RuntimeError, TypeError) as exc:
-                raise UsageError(f"device={self.device!r} is not a torch device: {exc}") from exc
-
-
-def _as_range(key: str, value: Any) -> Range:
-    if isinstance(value, Range):
-        return value
-    try:
-        lo, hi = value
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"ranges[{key!r}]={value!r}: give (min, max), either may be None"
-        ) from None
-    if lo is not None and hi is not None and lo > hi:
-        raise UsageError(f"ranges[{key!r}]: min {lo} is above max {hi}")
-    return Range(check=OUT_OF_RANGE.name, severity=OUT_OF_RANGE.severity, min=lo, max=hi)
-
-
-@dataclass
-class LoaderStats:
-    """Counters since the loader was built; read them from the training loop."""
-
-    batches: int = 0
-    """Batches checked."""
-    checked: int = 0
-    """Samples checked."""
-    bad: int = 0
-    """Samples that failed a check (quarantined)."""
-    dropped: int = 0
-    """Bad samples removed from yielded batches (``drop``) or from skipped batches."""
-    skipped_batches: int = 0
-    """Batches not yielded (``skip_batch``, emptied by ``drop``, or skipped by another rank)."""
-    skipped_samples: int = 0
-    """Good samples not yielded because their batch was skipped."""
-    excluded: int = 0
-    """Quarantined indices the sampler did not hand to the workers."""
-    yielded: int = 0
-    """Samples yielded to the training loop."""
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-class _SkipIndices:
-    """A sampler without the excluded indices (so full batches are re-formed)."""
-
-    def __init__(self, sampler: Iterable[Any], exclude: set[int], stats: LoaderStats) -> None:
-        self.sampler, self.exclude, self.stats = sampler, exclude, stats
-
-    def __iter__(self) -> Iterator[Any]:
-        for i in self.sampler:
-            if self.exclude and int(i) in self.exclude:
-                self.stats.excluded += 1
-                continue
-            yield i
-
-    def __len__(self) -> int:
-        return len(self.sampler)  # type: ignore[arg-type]
-
-
-class _RecordedBatches:
-    """The loader's batch sampler, recording the indices of each batch in a FIFO."""
-
-    def __init__(self, source: Iterable[Any], exclude: set[int], stats: LoaderStats, within: bool):
-        self.source, self.exclude, self.stats, self.within = source, exclude, stats, within
-        self.fifo: deque[list[int] | None] = deque()
-
-    def __iter__(self) -> Iterator[list[int]]:
-        self.fifo = deque()  # one per DataLoader iterator; the guard takes it right after iter()
-        return self._walk(self.fifo)
-
-    def _walk(self, fifo: deque[list[int] | None]) -> Iterator[list[int]]:
-        for batch in self.source:
-            ids = _as_indices(batch)
-            if self.within and self.exclude:
-                kept = [i for i in ids if i not in self.exclude]
-                self.stats.excluded += len(ids) - len(kept)
-                ids = kept
-            fifo.append(ids or _SKIPPED)
-            if ids:
-                yield ids
-
-    def __len__(self) -> int:
-        return len(self.source)  # type: ignore[arg-type]
-
-
-def _as_indices(batch: Iterable[Any]) -> list[int]:
-    try:
-        return list(map(int, batch))
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"GuardedLoader needs integer dataset indices; the sampler gave {list(batch)[:5]!r}"
-        ) from None
-
-
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _agree(flag: bool) -> bool:
-    """True on every rank if any rank passes True (one tiny all-reduce)."""
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    t = torch.tensor([int(flag)], dtype=torch.int32, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
 
 
 @dataclass
 class _Job:
     step: int
     indices: list[int]
+    """Dataset indices of the batch's rows (those that loaded)."""
     batch: Any = None
     check: PendingCheck | None = None
+    failures: tuple[LoadFailure, ...] = ()
 
 
 class GuardedLoader:
@@ -231,20 +72,31 @@ class GuardedLoader:
         if config is not None and options:
             raise UsageError("GuardedLoader: pass either config= or keyword options, not both")
         self.config = config if config is not None else LoaderConfig(**options)
-        _refuse_unguardable(loader)
+        _b.refuse_unguardable(loader)
+        cfg = self.config
         self.inner = loader
         self.stats = LoaderStats()
         self.epoch = -1
         self._epoch_set = False
-        self._exclude = set(self.config.exclude) | self._previously_quarantined()
+        self.paths = SamplePaths(loader.dataset, cfg.path_of)
+        """The file of each dataset index, when the dataset lists them (``paths(i)``)."""
+        self._exclude = resolve_exclude(cfg.exclude, self.paths) | self._previously_quarantined()
+        self._late: set[int] = set()  # excluded this epoch: batches already drawn drop them
+        self._unshared: set[int] = set()  # excluded here since the ranks last agreed
+        self._warned: set[tuple[str, str]] = set()
         source, within = self._index_source(loader)
-        self._batches = _RecordedBatches(source, self._exclude, self.stats, within)
-        self.rules_for = LeafRules(self.config.max_abs, self.config.ranges)  # type: ignore[arg-type]
+        self._batches = _b.RecordedBatches(source, self._exclude, self.stats, within)
+        self.rules_for = LeafRules(cfg.max_abs, cfg.ranges, cfg.fits)  # type: ignore[arg-type]
         """The rules run on a batch leaf: ``rules_for(key, dtype)`` (None: not checked)."""
         self.in_workers = self._checks_in_workers(loader)
-        collate = CheckingCollate(loader.collate_fn, self.rules_for) if self.in_workers else None
-        self.loader = _rebuild(loader, self._batches, collate)
+        dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
+        collate = GuardedCollate(loader.collate_fn, self.rules_for if self.in_workers else None)
+        self.loader = _b.rebuild(loader, self._batches, dataset or loader.dataset, collate)
         self._writer: QuarantineWriter | None = None
+        self.batch_indices: list[int] = []
+        """Dataset indices of the rows of the batch last yielded (pass them to TrainingGuard)."""
+        self.step = -1
+        """Position in the epoch (sampler order, as in the manifest) of the batch last yielded."""
 
     @property
     def dataset(self) -> Any:
@@ -252,22 +104,36 @@ class GuardedLoader:
 
     @property
     def excluded_indices(self) -> frozenset[int]:
-        """Dataset indices the sampler skips (quarantined before or during this run)."""
+        """Dataset indices the sampler skips (quarantined, excluded, or found this run)."""
         return frozenset(self._exclude)
 
     def __len__(self) -> int:
         """Batches per epoch before any skip (an upper bound)."""
         return len(self.loader)
 
+    def exclude(self, indices: Iterable[int]) -> None:
+        """Never load or yield these dataset indices again in this run.
+
+        The sampler skips them from now on; batches already drawn (prefetched) lose them when
+        they arrive. Under DDP the ranks share exclusions at the next batch they agree on and at
+        the start of every epoch, so a sample named on one rank is excluded on every rank.
+        Nothing is written to the quarantine: the caller records why (e.g. TrainingGuard).
+        """
+        new = set(as_index_set(indices)) - self._exclude
+        self._exclude |= new  # in place: the batch sampler holds this set
+        self._late |= new
+        self._unshared |= new
+
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the manifest and forward it to the sampler (DistributedSampler)."""
         self.epoch, self._epoch_set = epoch, True
         seen: set[int] = set()
-        for obj in (
+        samplers: tuple[Any, ...] = (
             self.inner.sampler,
             self.inner.batch_sampler,
             getattr(self.inner.batch_sampler, "sampler", None),
-        ):
+        )
+        for obj in samplers:
             if obj is not None and id(obj) not in seen and hasattr(obj, "set_epoch"):
                 seen.add(id(obj))
                 obj.set_epoch(epoch)
@@ -282,17 +148,20 @@ class GuardedLoader:
         if not self._epoch_set:
             self.epoch += 1
         self._epoch_set = False
-        run = _EpochRun(self, *_world())
+        run = _EpochRun(self, *_b.world())
+        if run.share:
+            self._take_shared(_b.share(self._unshared))
+        self._late.clear()
         inner = iter(self.loader)
         fifo = self._batches.fifo
         lag = 1 if self.config.deferred else 0
         try:
-            for batch in inner:
-                while fifo[0] is _SKIPPED:
+            for fetched in inner:
+                while fifo[0] is _b.SKIPPED:
                     run.push(fifo.popleft(), None)
                 indices = fifo.popleft()
                 assert indices is not None and len(indices) > 0
-                run.push(indices, batch)
+                run.push(indices, fetched)
                 yield from run.drain(lag)
             while fifo:
                 run.push(fifo.popleft(), None)
@@ -302,6 +171,13 @@ class GuardedLoader:
             logger.info("epoch %d: %s", self.epoch, self.stats.as_dict())
 
     # ------------------------------------------------------------------ internals
+
+    def _take_shared(self, indices: set[int]) -> None:
+        """Exclusions every rank now knows (their union)."""
+        new = indices - self._exclude
+        self._exclude |= new
+        self._late |= new
+        self._unshared.clear()
 
     def _previously_quarantined(self) -> set[int]:
         folder = self.config.quarantine
@@ -318,10 +194,10 @@ class GuardedLoader:
         A plain BatchSampler is re-formed over a filtered sampler (full batches).  Under DDP,
         batch boundaries are kept so every rank yields the same number of steps.
         """
-        bs = loader.batch_sampler
+        bs: Any = loader.batch_sampler
         distributed = isinstance(getattr(bs, "sampler", None), DistributedSampler)
-        if type(bs) is BatchSampler and not (distributed or _world()[1] > 1):
-            sampler = _SkipIndices(bs.sampler, self._exclude, self.stats)
+        if type(bs) is BatchSampler and not (distributed or _b.world()[1] > 1):
+            sampler = _b.SkipIndices(bs.sampler, self._exclude, self.stats)
             return BatchSampler(sampler, bs.batch_size, bs.drop_last), False
         return bs, True
 
@@ -332,31 +208,76 @@ class GuardedLoader:
         device = self.config.device
         return loader.num_workers > 0 and (device is None or device.type == "cpu")  # type: ignore[union-attr]
 
+    def _judge(self, findings: list[SampleFinding]) -> list[SampleFinding]:
+        """The findings that make a sample bad (``drop_on``); the rest are counted and logged."""
+        floor = self.config.drop_severity.rank
+        bad = [f for f in findings if f.severity.rank >= floor]
+        if len(bad) < len(findings):
+            below = [f for f in findings if f.severity.rank < floor]
+            bad_pos = {f.pos for f in bad}
+            self.stats.warned += len({f.pos for f in below} - bad_pos)
+            for f in below:
+                if (f.key, f.check) not in self._warned:
+                    self._warned.add((f.key, f.check))
+                    logger.warning(
+                        "%s in %r (e.g. value %s): kept, since drop_on=%r; set drop_on='warning' "
+                        "to drop such samples, or fits='fp16' to drop what overflows fp16",
+                        f.check,
+                        f.key,
+                        f.value,
+                        self.config.drop_on,
+                    )
+        return bad
+
     def _record(self, job: _Job, findings: list[SampleFinding], rank: int) -> list[int]:
-        """Quarantine the bad samples of a batch; returns their dataset indices."""
-        bad = sorted({job.indices[f.pos] for f in findings})
+        """Quarantine the bad and unloadable samples of a batch; returns their dataset indices."""
+        bad = sorted({job.indices[f.pos] for f in findings} | {f.index for f in job.failures})
         self._exclude.update(bad)
+        if _b.world()[1] > 1:
+            self._unshared.update(bad)
         if self.config.quarantine is not None:
             if self._writer is None:
                 self._writer = QuarantineWriter(self.config.quarantine, rank, self.config.fsync)
             now = datetime.now(timezone.utc).isoformat()
-            self._writer.write(_record_dict(job, f, rank, self.epoch, now) for f in findings)
-        first = findings[0]
-        logger.warning(
-            "rank %d epoch %d step %d: %d bad sample(s), dataset indices %s (first: %s in %r, value %s)",
-            rank,
-            self.epoch,
-            job.step,
-            len(bad),
-            bad[:20],
-            first.check,
-            first.key,
-            first.value,
-        )
+            head = {"rank": rank, "epoch": self.epoch, "step": job.step, "time": now}
+            records = [_finding_record(job, f, head) for f in findings]
+            records += [_failure_record(f, self.paths(f.index), head) for f in job.failures]
+            self._writer.write(records)
+        self._log(job, findings, bad, rank)
         return bad
 
+    def _log(self, job: _Job, findings: list[SampleFinding], bad: list[int], rank: int) -> None:
+        if job.failures:
+            f = job.failures[0]
+            where = self.paths(f.index)
+            logger.warning(
+                "rank %d epoch %d step %d: %d sample(s) failed to load, dataset indices %s "
+                "(first: index %d%s: %s)",
+                rank,
+                self.epoch,
+                job.step,
+                len(job.failures),
+                [x.index for x in job.failures][:20],
+                f.index,
+                f" {where!r}" if where else "",
+                f.error,
+            )
+        if findings:
+            first = findings[0]
+            logger.warning(
+                "rank %d epoch %d step %d: %d bad sample(s), dataset indices %s (first: %s in %r, value %s)",
+                rank,
+                self.epoch,
+                job.step,
+                len({f.pos for f in findings}),
+                bad[:20],
+                first.check,
+                first.key,
+                first.value,
+            )
 
-def _record_dict(job: _Job, f: SampleFinding, rank: int, epoch: int, now: str) -> dict[str, Any]:
+
+def _finding_record(job: _Job, f: SampleFinding, head: dict[str, Any]) -> dict[str, Any]:
     return {
         "index": job.indices[f.pos],
         "check": f.check,
@@ -364,10 +285,19 @@ def _record_dict(job: _Job, f: SampleFinding, rank: int, epoch: int, now: str) -
         "key": f.key,
         "value": f.value,
         "count": f.count,
-        "rank": rank,
-        "epoch": epoch,
-        "step": job.step,
-        "time": now,
+        **head,
+    }
+
+
+def _failure_record(f: LoadFailure, path: str | None, head: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "index": f.index,
+        "check": LOAD_ERROR.name,
+        "severity": LOAD_ERROR.severity.value,
+        "key": path,
+        "value": f.error,
+        "count": 1,
+        **head,
     }
 
 
@@ -381,21 +311,27 @@ class _EpochRun:
             world > 1 and cfg.on_bad != "raise" and not (cfg.on_bad == "drop" and cfg.allow_empty)
         )
         self.coordinate = auto if cfg.coordinate is None else cfg.coordinate
+        self.share = world > 1 and cfg.coordinate is not False
+        """Share exclusions across ranks (at epoch start; per batch when coordinating)."""
         self.queue: deque[_Job] = deque()
         self.step = 0
 
-    def push(self, indices: list[int] | None, batch: Any) -> None:
+    def push(self, indices: list[int] | None, fetched: Fetched | None) -> None:
         """Queue a batch and launch its check (None: a batch the sampler emptied)."""
         job = _Job(self.step, indices or [])
-        if batch is not None:
-            n, rules_for = len(job.indices), self.guard.rules_for
-            if self.guard.in_workers:
-                batch, flags, keys = batch
-            job.batch = _to_device(batch, self.cfg.device, self.cfg.non_blocking)  # type: ignore[arg-type]
-            if self.guard.in_workers:
-                job.check = worker_check(job.batch, n, flags, keys, rules_for)
-            else:
-                job.check = launch_check(job.batch, n, rules_for)
+        if fetched is not None:
+            batch, flags, keys, failures = fetched
+            if failures:
+                failed = {f.pos for f in failures}
+                job.failures = failures
+                job.indices = [i for p, i in enumerate(job.indices) if p not in failed]
+            if batch is not None:
+                n, rules_for = len(job.indices), self.guard.rules_for
+                job.batch = _to_device(batch, self.cfg.device, self.cfg.non_blocking)  # type: ignore[arg-type]
+                if self.guard.in_workers:
+                    job.check = worker_check(job.batch, n, flags, keys, rules_for)
+                else:
+                    job.check = launch_check(job.batch, n, rules_for)
         self.queue.append(job)
         self.step += 1
 
@@ -408,84 +344,105 @@ class _EpochRun:
             if out is not None:
                 yield out
 
-    def _skip(self, flag: bool) -> bool:
-        return _agree(flag) if self.coordinate else flag
+    def _agree(self, skip: bool, stop: bool) -> tuple[bool, bool]:
+        """Skip and stop if any rank does; share pending exclusions (coordinated runs only)."""
+        if not self.coordinate:
+            return skip, stop
+        skip, stop, pending = _b.agree(skip, stop, bool(self.guard._unshared))
+        if pending:
+            self.guard._take_shared(_b.share(self.guard._unshared))
+        return skip, stop
 
     def _resolve(self, job: _Job) -> Any:
-        stats = self.guard.stats
-        if job.check is None:
-            self._skip(True)
-            return None
-        findings = job.check.result()
+        g, stats = self.guard, self.guard.stats
+        findings = job.check.result() if job.check is not None else []
         n = len(job.indices)
-        stats.batches += 1
-        stats.checked += n
-        if not findings and not self.coordinate:
-            stats.yielded += n  # the common case, kept lean
-            return job.batch
-        bad = self.guard._record(job, findings, self.rank) if findings else []
+        if job.batch is not None:
+            stats.batches += 1
+            stats.checked += n
+        clean = not findings and not job.failures and not g._late
+        if clean and job.batch is not None and not self.coordinate:
+            return self._yield(job, job.batch)  # the common case, kept lean
+        if job.batch is None and not job.failures:  # the sampler emptied it
+            self._agree(True, False)
+            return None
+        return self._settle(job, g._judge(findings) if findings else [])
+
+    def _settle(self, job: _Job, findings: list[SampleFinding]) -> Any:
+        """A batch with something to act on: quarantine, drop or skip, agree across ranks."""
+        g, stats, cfg = self.guard, self.guard.stats, self.cfg
+        n = len(job.indices)
+        bad = g._record(job, findings, self.rank) if findings or job.failures else []
         stats.bad += len(bad)
-        if bad and self.cfg.on_bad == "raise":
-            raise BadSampleError(_raise_message(job, findings, bad), tuple(bad))
-        bad_pos = {f.pos for f in findings}
-        keep = [p for p in range(n) if p not in bad_pos]
-        empty = not keep and not self.cfg.allow_empty
-        if self._skip(bool(bad) if self.cfg.on_bad == "skip_batch" else empty):
+        stats.load_errors += len(job.failures)
+        if bad and cfg.on_bad == "raise":
+            raise BadSampleError(_raise_message(job, findings, bad, g.paths), tuple(bad))
+        drop = {f.pos for f in findings}
+        late = {p for p, i in enumerate(job.indices) if i in g._late} - drop if g._late else set()
+        keep = [p for p in range(n) if p not in drop and p not in late]
+        empty = job.batch is None or (not keep and not cfg.allow_empty)
+        stop = over_budget(
+            cfg.max_load_errors, stats.load_errors, stats.checked + stats.load_errors
+        )
+        skip, stop = self._agree(bool(bad) if cfg.on_bad == "skip_batch" else empty, stop)
+        if stop:
+            raise BadSampleError(_budget_message(g, job), tuple(f.index for f in job.failures))
+        stats.dropped += len(bad)
+        stats.excluded += len(late)
+        if skip:
             stats.skipped_batches += 1
             stats.skipped_samples += len(keep)
-            stats.dropped += len(bad)
             return None
-        stats.dropped += len(bad)
-        stats.yielded += len(keep)
-        return take(job.batch, keep) if bad else job.batch
+        return self._yield(job, take(job.batch, keep) if len(keep) < n else job.batch, keep)
+
+    def _yield(self, job: _Job, batch: Any, keep: list[int] | None = None) -> Any:
+        g = self.guard
+        g.batch_indices = job.indices if keep is None else [job.indices[p] for p in keep]
+        g.step = job.step
+        g.stats.yielded += len(g.batch_indices)
+        return batch
 
 
-def _raise_message(job: _Job, findings: list[SampleFinding], bad: list[int]) -> str:
-    what = ", ".join(sorted({f"{f.check} in {f.key!r}" for f in findings}))
-    return (
-        f"batch {job.step} holds {len(bad)} bad sample(s) at dataset indices {bad[:50]} ({what}); "
-        "they are quarantined and will be skipped on the next run. Use on_bad='drop' to "
-        "train on without them."
+def _raise_message(
+    job: _Job, findings: list[SampleFinding], bad: list[int], paths: SamplePaths
+) -> str:
+    parts = []
+    if findings:
+        what = ", ".join(sorted({f"{f.check} in {f.key!r}" for f in findings}))
+        parts.append(f"bad values ({what})")
+    if job.failures:
+        f = job.failures[0]
+        where = paths(f.index)
+        parts.append(
+            f"{len(job.failures)} failed to load (index {f.index}"
+            + (f", file {where!r}" if where else "")
+            + f": {f.error})"
+        )
+    text = (
+        f"batch {job.step} holds {len(bad)} bad sample(s) at dataset indices {bad[:50]}: "
+        f"{'; '.join(parts)}. They are quarantined and will be skipped on the next run. Use "
+        "on_bad='drop' to train on without them."
     )
+    if job.failures:
+        text += f"\nWhere the first one raised:\n{job.failures[0].trace}"
+    return text
 
 
-def _refuse_unguardable(loader: Any) -> None:
-    if not isinstance(loader, DataLoader):
-        raise UsageError(f"GuardedLoader wraps a torch DataLoader, not {type(loader).__name__}")
-    if isinstance(loader.dataset, IterableDataset):
-        raise UsageError(
-            "GuardedLoader needs a map-style Dataset: bad samples are named by dataset index, "
-            "and an IterableDataset has none. Check the batches with datacheck.torch's "
-            "TrainingGuard instead, or index your dataset."
-        )
-    if loader.batch_sampler is None:
-        raise UsageError(
-            "GuardedLoader needs batches: build the DataLoader with batch_size or batch_sampler"
-        )
-    if not getattr(loader, "in_order", True):
-        raise UsageError(
-            "GuardedLoader needs in_order=True: batches must arrive in the order their indices "
-            "were drawn to be matched with them"
-        )
-
-
-def _rebuild(loader: DataLoader, batches: _RecordedBatches, collate: Any) -> DataLoader:
-    """The same DataLoader, drawing its batches from the recorded batch sampler."""
-    kwargs: dict[str, Any] = {
-        "batch_sampler": batches,
-        "num_workers": loader.num_workers,
-        "collate_fn": collate or loader.collate_fn,
-        "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-        "generator": loader.generator,
-        "persistent_workers": loader.persistent_workers,
-    }
-    if loader.num_workers > 0:
-        kwargs["prefetch_factor"] = loader.prefetch_factor
-    if loader.pin_memory_device:
-        kwargs["pin_memory_device"] = loader.pin_memory_device
-    if hasattr(loader, "in_order"):
-        kwargs["in_order"] = loader.in_order
-    return DataLoader(loader.dataset, **kwargs)
+def _budget_message(g: GuardedLoader, job: _Job) -> str:
+    s, budget = g.stats, g.config.max_load_errors
+    seen = s.checked + s.load_errors
+    if not job.failures and s.load_errors <= (budget or 0):
+        return "another rank stopped: it had more load errors than max_load_errors allows"
+    last = job.failures[-1] if job.failures else None
+    where = g.paths(last.index) if last else None
+    limit = f"{budget:.2%} of the samples seen" if isinstance(budget, float) else f"{budget}"
+    return (
+        f"{s.load_errors} of {seen} samples seen failed to load, over max_load_errors "
+        f"({limit}); the last: "
+        + (f"index {last.index}{f' ({where})' if where else ''}: {last.error}" if last else "?")
+        + ". So many failures usually mean the data itself is unreachable (an unmounted or "
+        "stale network volume, a moved folder, missing permissions), not a few bad files. "
+        "Fix the data and rerun (the quarantine keeps the failed indices: delete its "
+        "load_error records if they were not really bad), or raise max_load_errors (None: no "
+        "limit)."
+    )

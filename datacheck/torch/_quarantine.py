@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pandas as pd
 
@@ -89,7 +89,9 @@ def quarantined_indices(folder: str | os.PathLike[str]) -> set[int]:
     return set(read_quarantine(folder)["index"].tolist())
 
 
-IndexOf = Mapping[tuple[str, int], int] | Callable[[str, int], "int | None"] | pd.DataFrame
+IndexOf: TypeAlias = (
+    Mapping[tuple[str, int], int] | Callable[[str, int], "int | None"] | pd.DataFrame
+)
 
 
 def indices_from_scan(

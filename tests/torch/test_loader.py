@@ -77,7 +77,7 @@ def run_epoch(loader: GuardedLoader) -> list[int]:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_drop_yields_every_good_sample_once_and_quarantines_exactly_the_bad(tmp_path, num_workers):
     dl = DataLoader(Planted(), batch_size=8, shuffle=True, num_workers=num_workers)
-    loader = GuardedLoader(dl, quarantine=tmp_path / "q")
+    loader = GuardedLoader(dl, quarantine=tmp_path / "q", drop_on="warning")
     assert loader.in_workers == (num_workers > 0)  # flags computed in the workers
     seen = run_epoch(loader)
     assert sorted(seen) == GOOD and len(seen) == len(set(seen))
@@ -98,7 +98,9 @@ def test_drop_yields_every_good_sample_once_and_quarantines_exactly_the_bad(tmp_
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_next_run_skips_quarantined_indices_without_loading_them(tmp_path, num_workers):
     first = GuardedLoader(
-        DataLoader(Planted(), batch_size=8, shuffle=True), quarantine=tmp_path / "q"
+        DataLoader(Planted(), batch_size=8, shuffle=True),
+        quarantine=tmp_path / "q",
+        drop_on="warning",
     )
     run_epoch(first)
     calls = tmp_path / "calls"
@@ -117,7 +119,8 @@ def test_next_run_skips_quarantined_indices_without_loading_them(tmp_path, num_w
 def test_samples_quarantined_in_one_epoch_are_not_loaded_in_the_next(tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
-    loader = GuardedLoader(DataLoader(Planted(calls=calls), batch_size=8, shuffle=True))
+    dl = DataLoader(Planted(calls=calls), batch_size=8, shuffle=True)
+    loader = GuardedLoader(dl, drop_on="warning")
     loader.set_epoch(0)
     run_epoch(loader)
     loader.set_epoch(1)
@@ -189,7 +192,10 @@ def test_raise_on_the_first_batch(tmp_path):
 
 def test_skip_batch_drops_whole_batches_with_a_bad_sample(tmp_path):
     loader = GuardedLoader(
-        DataLoader(Planted(), batch_size=10), quarantine=tmp_path, on_bad="skip_batch"
+        DataLoader(Planted(), batch_size=10),
+        quarantine=tmp_path,
+        on_bad="skip_batch",
+        drop_on="warning",
     )
     assert [b["label"].tolist() for b in loader] == []  # each batch of 10 holds one bad sample
     assert loader.stats.skipped_batches == 6 and loader.stats.skipped_samples == N - 6
@@ -227,11 +233,13 @@ def test_deferred_mode_gives_the_same_samples_and_manifest(tmp_path):
 
 def test_max_abs_per_key_and_disabled():
     dl = DataLoader(Planted(), batch_size=8)
-    assert len(run_epoch(GuardedLoader(dl, max_abs=None))) == N - 4
+    assert len(run_epoch(GuardedLoader(dl, max_abs=None, drop_on="warning"))) == N - 4
     dl = DataLoader(Planted(), batch_size=8)
-    assert len(run_epoch(GuardedLoader(dl, max_abs={"label": 1.0}))) == N - 4
+    loader = GuardedLoader(dl, max_abs={"label": 1.0}, drop_on="warning")
+    assert len(run_epoch(loader)) == N - 4
     dl = DataLoader(Planted(), batch_size=8)
-    assert len(run_epoch(GuardedLoader(dl, max_abs={"im*": 50.0}))) == N - 6 - 8  # 51..58 too
+    loader = GuardedLoader(dl, max_abs={"im*": 50.0}, drop_on="warning")
+    assert len(run_epoch(loader)) == N - 6 - 8  # 51..58 too
 
 
 def test_set_epoch_is_forwarded_to_a_distributed_sampler(tmp_path):
@@ -304,7 +312,8 @@ def test_a_collate_that_merges_samples_is_refused_with_a_clear_message(num_worke
 
 
 def test_a_custom_collate_keeping_one_row_per_sample_is_supported():
-    loader = GuardedLoader(DataLoader(Planted(), batch_size=8, collate_fn=stack_images))
+    dl = DataLoader(Planted(), batch_size=8, collate_fn=stack_images)
+    loader = GuardedLoader(dl, drop_on="warning")
     labels = [i for images, ids in loader for i in ids]
     assert labels == GOOD
 
@@ -377,7 +386,9 @@ def test_torch_body_agrees_with_the_numpy_body_on_every_row(dtype):
 @pytest.mark.parametrize("deferred", [False, True])
 def test_checks_on_the_gpu(tmp_path, deferred):
     dl = DataLoader(Planted(), batch_size=8, shuffle=True, pin_memory=True)
-    loader = GuardedLoader(dl, quarantine=tmp_path, device="cuda", deferred=deferred)
+    loader = GuardedLoader(
+        dl, quarantine=tmp_path, device="cuda", deferred=deferred, drop_on="warning"
+    )
     seen = []
     for batch in loader:
         assert batch["image"].is_cuda
@@ -407,7 +418,7 @@ def test_persistent_workers_keep_indices_matched_across_epochs(tmp_path):
     dl = DataLoader(
         Planted(calls=calls), batch_size=8, shuffle=True, num_workers=2, persistent_workers=True
     )
-    loader = GuardedLoader(dl, quarantine=tmp_path / "q")
+    loader = GuardedLoader(dl, quarantine=tmp_path / "q", drop_on="warning")
     for epoch in range(3):
         loader.set_epoch(epoch)
         assert sorted(run_epoch(loader)) == GOOD

@@ -122,3 +122,81 @@ def test_ddp_skip_batch_makes_every_rank_skip_the_same_step(tmp_path):
     skipped1 = {1 + 2 * (BATCH * b + k) for b in (0, 1, 5) for k in range(BATCH)}
     assert set(r1["epochs"][0]["seen"]) == set(range(1, N, 2)) - skipped1
     assert set(read_quarantine(tmp_path / "q")["index"]) == BAD
+
+
+class Recorded(Dataset):
+    """Planted, remembering every index it loads (num_workers=0: in the training process)."""
+
+    def __init__(self) -> None:
+        self.loaded: list[int] = []
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        self.loaded.append(i)
+        x = torch.full((8,), float(i) / N)
+        if i == 6:
+            x[0] = float("nan")
+        return x, i
+
+
+def _rank1_order(epoch: int) -> list[int]:
+    sampler = DistributedSampler(Recorded(), num_replicas=2, rank=1, shuffle=True, seed=3)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+NAMED = _rank1_order(0)[3 * BATCH]
+"""Rank 0 names this index (rank 1's 4th batch in epoch 0) with loader.exclude() after step 0."""
+
+
+def _train_exclude(rank: int, world: int, init: str, out: str) -> None:
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=30)
+    )
+    ds = Recorded()
+    sampler = DistributedSampler(ds, shuffle=True, seed=3)
+    loader = GuardedLoader(DataLoader(ds, batch_size=BATCH, sampler=sampler))
+    epochs = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        ds.loaded.clear()
+        seen = []
+        for step, (_x, idx) in enumerate(loader):
+            if rank == 0 and epoch == 0 and step == 0:
+                loader.exclude([NAMED])
+            seen += idx.tolist()
+        epochs.append({"seen": seen, "loaded": list(ds.loaded), "order": list(sampler)})
+    Path(out, f"rank{rank}.json").write_text(json.dumps(epochs))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_index_excluded_or_found_on_one_rank_is_excluded_on_every_rank(tmp_path):
+    init = f"file://{tmp_path / 'init'}"
+    ctx = mp.start_processes(
+        _train_exclude, args=(2, init, str(tmp_path)), nprocs=2, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail("DDP training with loader.exclude hung")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    # epoch 0: NAMED was on rank 1, drawn after rank 0 named it: rank 1 never loads it
+    assert r1[0]["order"] == _rank1_order(0)
+    assert NAMED not in r1[0]["loaded"] and NAMED not in r1[0]["seen"]
+    # index 6 (NaN) was found by whichever rank loaded it in epoch 0; from then on no rank loads
+    # it, and NAMED stays excluded on both, wherever the shuffle puts them
+    for later in (1, 2):
+        for r in (r0, r1):
+            assert not {6, NAMED} & set(r[later]["loaded"])
+    found_on = 0 if 6 in r0[0]["loaded"] else 1
+    moved = [e["order"] for e in (r0, r1)[1 - found_on][1:]] + [e["order"] for e in r0[1:]]
+    assert any(6 in o for o in moved) and any(NAMED in o for o in moved)  # the test bites
