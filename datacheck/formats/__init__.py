@@ -116,6 +116,7 @@ _BUILTIN_MODULES = (
     "datacheck.formats._image",
     "datacheck.formats._audio",
     "datacheck.formats._tokens",
+    "datacheck.formats._tfrecord",
 )
 _loaded = False
 

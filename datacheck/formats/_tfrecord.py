@@ -1,0 +1,225 @@
+"""TFRecord files (``.tfrecord``/``.tfrecords``, plain or GZIP), read without TensorFlow.
+
+Every record is framed as ``uint64 length, uint32 masked CRC32C(length), data, uint32 masked
+CRC32C(data)``, and both checksums are verified.  A bad length checksum (or a length past the
+end of the file) loses the framing: the file is ``corrupt`` from there.  A bad data checksum
+damages one record: a ``corrupt`` finding at its row (the record's ordinal), and the rest of the
+file is still read.  Records that parse as ``tf.train.Example`` (a few lines of protobuf wire
+format, parsed here) have their float features checked for NaN/Inf and their image bytes
+(JPEG/PNG/...) fully decoded, findings at the record's row, column = the feature name.
+
+CRC32C comes from ``google-crc32c`` (the ``media`` extra: a small C extension maintained by
+Google for its storage clients, with its own pure-Python fallback); without it, a table-driven
+pure-Python CRC is used (correct, about 100x slower).
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import numpy as np
+
+from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
+from datacheck.formats import Format, Opened, WorkUnit, register
+from datacheck.formats._image import DecodeError, check_image
+from datacheck.formats._tensor_common import SampleChunk, TensorFileError
+from datacheck.schema._media import ImageRules, media_rules
+
+__all__ = ["TfRecordFormat", "crc32c", "masked_crc", "parse_example"]
+
+MAX_RECORD_BYTES = 1 << 30
+"""Largest record read (a length above it is treated as damage)."""
+RECORDS_PER_CHUNK = 1024
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM", b"II*\x00")
+_IMAGE_MAGIC += (b"MM\x00*",)
+
+
+def _crc_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE: list[int] | None = None
+
+
+def crc32c(data: bytes) -> int:
+    """CRC32C (Castagnoli) of ``data``."""
+    try:
+        import google_crc32c
+    except ModuleNotFoundError:
+        global _TABLE
+        table = _TABLE = _TABLE or _crc_table()
+        crc = 0xFFFFFFFF
+        for b in data:
+            crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+        return crc ^ 0xFFFFFFFF
+    return int(google_crc32c.value(data))
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC32C."""
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        result |= (b & 0x7F) << shift
+        pos += 1
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of a protobuf message; bytes for length-delimited."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos : pos + 8], pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            value, pos = buf[pos : pos + n], pos + n
+        elif wire == 5:
+            value, pos = buf[pos : pos + 4], pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > len(buf):
+            raise ValueError("field runs past the end of the message")
+        yield num, wire, value
+
+
+def _floats(feature: bytes) -> np.ndarray:
+    # packed (wire type 2) or one float per field (wire type 5): little-endian float32 either way
+    parts = [np.frombuffer(v, "<f4") for n, w, v in _fields(feature) if n == 1 and w in (2, 5)]
+    return np.concatenate(parts) if parts else np.empty(0, np.float32)
+
+
+def parse_example(record: bytes) -> dict[str, tuple[str, Any]] | None:
+    """A ``tf.train.Example``'s features: name -> ("float", array) | ("bytes", [values]).
+
+    None when the record is not an Example (other protos are framed and checksummed only).
+    """
+    try:
+        out: dict[str, tuple[str, Any]] = {}
+        for num, wire, features in _fields(record):
+            if num != 1 or wire != 2:
+                return None
+            for fnum, fwire, entry in _fields(features):
+                if fnum != 1 or fwire != 2:
+                    return None
+                fields = {n: v for n, w, v in _fields(entry) if w == 2}
+                name, feature = fields.get(1, b"").decode("utf-8"), fields.get(2, b"")
+                for kind, body in ((n, v) for n, w, v in _fields(feature) if w == 2):
+                    if kind == 2:
+                        out[name] = ("float", _floats(body))
+                    elif kind == 1:
+                        out[name] = ("bytes", [v for n, w, v in _fields(body) if n == 1])
+        return out
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _example_findings(path: str, row: int, record: bytes, rules: ImageRules) -> list[Finding]:
+    out: list[Finding] = []
+    for name, (kind, value) in (parse_example(record) or {}).items():
+        if kind == "float":
+            for check, bad in (("nan", np.isnan(value)), ("inf", np.isinf(value))):
+                if n := int(bad.sum()):
+                    first = str(value[bad][0]) if check == "inf" else "nan"
+                    out.append(Finding(path, check, Severity.ERROR, first, name, row, n))
+            continue
+        for data in value:
+            if not data.startswith(_IMAGE_MAGIC):
+                continue
+            try:
+                problems = check_image(data, rules)
+            except DecodeError as exc:
+                out.append(Finding(path, "corrupt", Severity.ERROR, str(exc), name, row))
+                continue
+            out += [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
+    return out
+
+
+def _read(fh: IO[bytes], n: int, what: str, at: int) -> bytes:
+    data = fh.read(n)
+    if len(data) != n:
+        raise TensorFileError(f"truncated: {what} at byte {at} needs {n} bytes, {len(data)} left")
+    return data
+
+
+def _records(
+    fh: IO[bytes], path: str, rules: ImageRules, size: int | None
+) -> Iterator[SampleChunk]:
+    """Records ``RECORDS_PER_CHUNK`` at a time; ``size``: the file's (None when compressed)."""
+    row, pos, start = 0, 0, 0
+    found: list[Finding] = []
+    while head := fh.read(12):
+        if len(head) < 12:
+            raise TensorFileError(f"truncated: record {row} header at byte {pos} is cut short")
+        length, length_crc = struct.unpack("<QI", head)
+        if masked_crc(head[:8]) != length_crc:
+            raise TensorFileError(
+                f"record {row} at byte {pos}: length checksum mismatch (framing lost from here)"
+            )
+        if length > MAX_RECORD_BYTES or (size is not None and pos + 16 + length > size):
+            raise TensorFileError(
+                f"truncated: record {row} at byte {pos} claims {length} bytes, past the end"
+                if size is not None and length <= MAX_RECORD_BYTES
+                else f"record {row}: length {length} above the 1 GiB record limit"
+            )
+        data = _read(fh, length, f"record {row}", pos)
+        (data_crc,) = struct.unpack("<I", _read(fh, 4, f"record {row} checksum", pos))
+        if masked_crc(data) != data_crc:
+            msg = "data checksum mismatch: the record is damaged"
+            found.append(Finding(path, "corrupt", Severity.ERROR, msg, "record", row))
+        else:
+            found += _example_findings(path, row, data, rules)
+        row, pos = row + 1, pos + 16 + length
+        if row - start >= RECORDS_PER_CHUNK:
+            yield SampleChunk(row_offset=start, tensors={}, samples=row - start, findings=found)
+            start, found = row, []
+    yield SampleChunk(row_offset=start, tensors={}, samples=row - start, findings=found)
+
+
+class TfRecordFormat(Format):
+    name = "tfrecord"
+    extensions = (".tfrecord", ".tfrecords")
+    tabular = False
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        with open(unit.path, "rb") as probe:
+            gz = probe.read(2) == b"\x1f\x8b"
+            size = None if gz else probe.seek(0, 2)
+        fh: IO[bytes] = gzip.open(unit.path, "rb") if gz else open(unit.path, "rb")  # noqa: SIM115
+        rules = media_rules(options).images
+
+        def chunks() -> Iterator[SampleChunk]:
+            try:
+                yield from _records(fh, unit.path, rules, size)
+            except (OSError, EOFError) as exc:  # gzip: a stream cut short or damaged
+                raise TensorFileError(f"compressed stream: {exc}") from None
+            finally:
+                fh.close()
+
+        return Opened({"record": "bytes"}, chunks())
+
+
+register(TfRecordFormat())

@@ -1,0 +1,128 @@
+"""TFRecord: both checksums of every record, Example features checked, gzip too."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from tensorboard.summary.writer.record_writer import RecordWriter
+
+import datacheck
+from datacheck.formats._tfrecord import crc32c, parse_example
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _ld(num: int, body: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(body)) + body
+
+
+def example(floats: dict[str, list[float]], blobs: dict[str, bytes]) -> bytes:
+    """A serialized ``tf.train.Example`` (protobuf wire format written by hand)."""
+    entries = b""
+    for name, values in floats.items():
+        feature = _ld(2, _ld(1, np.asarray(values, "<f4").tobytes()))  # FloatList, packed
+        entries += _ld(1, _ld(1, name.encode()) + _ld(2, feature))
+    for name, blob in blobs.items():
+        feature = _ld(1, _ld(1, blob))  # BytesList
+        entries += _ld(1, _ld(1, name.encode()) + _ld(2, feature))
+    return _ld(1, entries)
+
+
+def jpeg() -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def records(n: int = 12) -> list[bytes]:
+    good = jpeg()
+    out = []
+    for i in range(n):
+        x = [float(i), 0.5]
+        if i == 4:
+            x[1] = float("nan")
+        if i == 6:
+            x[0] = float("-inf")
+        out.append(example({"x": x}, {"image": good[:200] if i == 8 else good}))
+    return out
+
+
+def write(path: Path, recs: list[bytes], gz: bool = False) -> Path:
+    buf = io.BytesIO()
+    writer = RecordWriter(buf)  # tensorboard's writer: an independent framing/CRC oracle
+    for r in recs:
+        writer.write(r)
+    data = buf.getvalue()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def scan(path: Path) -> datacheck.Report:
+    return datacheck.scan(str(path), executor="inprocess", workers=1)
+
+
+def sites(report: datacheck.Report) -> set[tuple[int, str, str]]:
+    f = report.findings
+    return {(int(r.row), r.column, r.check) for r in f[f["row"].notna()].itertuples()}
+
+
+def test_crc32c_known_value() -> None:
+    assert crc32c(b"123456789") == 0xE3069283
+
+
+def test_parse_example() -> None:
+    feats = parse_example(example({"x": [1.0, 2.0]}, {"b": b"zz"}))
+    assert feats is not None
+    assert feats["x"][0] == "float" and feats["x"][1].tolist() == [1.0, 2.0]
+    assert feats["b"] == ("bytes", [b"zz"])
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_features_checked(gz: bool, tmp_path: Path) -> None:
+    report = scan(write(tmp_path / "train.tfrecord", records(), gz))
+    entry = report.data["files"][0]
+    assert entry["format"] == "tfrecord" and entry["rows"] == 12
+    assert sites(report) == {(4, "x", "nan"), (6, "x", "inf"), (8, "image", "corrupt")}
+
+
+def test_flipped_byte_in_a_record(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.tfrecord", records())
+    data = bytearray(path.read_bytes())
+    lengths = [len(r) for r in records()]
+    at = sum(16 + n for n in lengths[:3]) + 12 + 5  # inside record 3's data
+    data[at] ^= 0x40
+    path.write_bytes(bytes(data))
+    report = scan(path)
+    assert (3, "record", "corrupt") in sites(report)
+    assert report.data["files"][0]["rows"] == 12  # the rest is still read
+
+
+def test_flipped_length_loses_the_framing(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.tfrecord", records())
+    data = bytearray(path.read_bytes())
+    data[16 + len(records()[0])] ^= 0x01  # record 1's length
+    path.write_bytes(bytes(data))
+    entry = scan(path).data["files"][0]
+    assert entry["status"] == "corrupt" and "record 1" in entry["error"]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_truncated(gz: bool, tmp_path: Path) -> None:
+    path = write(tmp_path / "a.tfrecord", records(), gz)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 30])
+    entry = scan(path).data["files"][0]
+    assert entry["status"] == "corrupt", entry
