@@ -34,8 +34,10 @@ __all__ = ["TfRecordFormat", "crc32c", "masked_crc", "parse_example"]
 MAX_RECORD_BYTES = 1 << 30
 """Largest record read (a length above it is treated as damage)."""
 RECORDS_PER_CHUNK = 1024
-_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM", b"II*\x00")
-_IMAGE_MAGIC += (b"MM\x00*",)
+_IMAGE_MAGIC = (
+    *(b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM", b"II*\x00", b"MM\x00*"),
+)
+"""Bytes features that start like an image (JPEG, PNG, GIF, WebP, BMP, TIFF) are decoded."""
 
 
 def _crc_table() -> list[int]:
@@ -90,6 +92,7 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         num, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 1:
@@ -208,7 +211,7 @@ class TfRecordFormat(Format):
         with open(unit.path, "rb") as probe:
             gz = probe.read(2) == b"\x1f\x8b"
             size = None if gz else probe.seek(0, 2)
-        fh: IO[bytes] = gzip.open(unit.path, "rb") if gz else open(unit.path, "rb")  # noqa: SIM115
+        fh: Any = gzip.open(unit.path, "rb") if gz else open(unit.path, "rb")  # noqa: SIM115
         rules = media_rules(options).images
 
         def chunks() -> Iterator[SampleChunk]:
