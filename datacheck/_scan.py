@@ -150,7 +150,10 @@ def scan(
     inputs = [str(p) for p in inputs]
     compiled = load_schema(schema)
     files, ignored = discover(inputs)
-    units = plan_units(files, config.unit_bytes)
+    # uniqueness and whole-column checks need each file in one unit
+    units = plan_units(
+        files, 1 << 62 if compiled is not None and compiled.whole_file else config.unit_bytes
+    )
     keepalive = None
     if out is None:
         keepalive = tempfile.TemporaryDirectory(prefix="datacheck-")
@@ -167,7 +170,7 @@ def scan(
     worker_schema = schema if isinstance(schema, (str, Path)) and schema else compiled
     if isinstance(worker_schema, Path):
         worker_schema = str(worker_schema)
-    if compiled is not None and not any(c.rules.pandas_checks for c in compiled.columns.values()):
+    if compiled is not None and not compiled.needs_pandera:
         worker_schema = compiled  # plain rules: workers need not import pandera (~1 s each)
     profiling = config.profile or needs_profile(compiled)
     fn = partial(

@@ -101,7 +101,7 @@ def _value_strings(hits: Hits) -> pa.Array:
     return pc.dictionary_encode(pc.cast(_numeric(hits.values.astype(np.float64)), pa.string()))
 
 
-def hits_table(path: str, column: str, hits: Hits, row_offset: int) -> pa.Table:
+def hits_table(path: str, column: str | None, hits: Hits, row_offset: int) -> pa.Table:
     """Findings of one check in one column of a chunk, as a compact Arrow table."""
     n = len(hits.rows)
     return pa.table(

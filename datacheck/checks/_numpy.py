@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from datacheck.checks._registry import Severity
-from datacheck.checks._rules import ColumnRules, range_holds
+from datacheck.checks._rules import ColumnRules, Range, range_holds
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,9 @@ def _quick_clean(values: np.ndarray, rules: ColumnRules, minmax: Any = None) -> 
     if rules.allowed:
         return False
     lo, hi = minmax if minmax is not None else (values.min(), values.max())
-    return range_holds(rules, float(lo), float(hi), values.dtype.kind == "f")
+    if values.dtype.kind == "f":  # compare in the data's precision, as the exact pass does
+        lo, hi = values.dtype.type(lo), values.dtype.type(hi)
+    return range_holds(rules, lo, hi, values.dtype.kind == "f")
 
 
 def _range_mask(values: np.ndarray, r) -> np.ndarray:
@@ -108,14 +110,43 @@ def _range_mask(values: np.ndarray, r) -> np.ndarray:
     return bad
 
 
+class _Sites:
+    """Bad flat-value indices per check: one check flagging a value twice (two overlapping
+    ranges, a z-score bound and ``max_abs``) is one site; an error wins over a warning."""
+
+    def __init__(self) -> None:
+        self.idx: dict[str, dict[Severity, list[np.ndarray]]] = {}
+
+    def add(self, check: str, severity: Severity, idx: np.ndarray) -> None:
+        if idx.size:
+            self.idx.setdefault(check, {}).setdefault(severity, []).append(idx)
+
+    def hits(self, rowmap: RowMap, values: np.ndarray | None) -> list[Hits]:
+        out = []
+        for check, by_sev in self.idx.items():
+            taken = np.empty(0, dtype=np.int64)
+            for sev in (Severity.ERROR, Severity.WARNING):
+                parts = by_sev.get(sev)
+                if not parts:
+                    continue
+                idx = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+                if taken.size:
+                    idx = np.setdiff1d(idx, taken, assume_unique=True)
+                taken = np.union1d(taken, idx) if taken.size else idx
+                h = group_indices(check, sev, idx, rowmap, values)
+                if h is not None:
+                    out.append(h)
+        return out
+
+
 def _magnitude_hits(
-    values: np.ndarray, valid: np.ndarray | None, rowmap: RowMap, rules: ColumnRules, is_float: bool
-) -> list[Hits]:
+    values: np.ndarray, valid: np.ndarray | None, rules: ColumnRules, is_float: bool, sites: _Sites
+) -> None:
     """``inf`` and the magnitude bounds from one pass: |x| > the smallest bound (Inf included,
     NaN never) picks the candidates, which are few; each check then looks at those only."""
     want_inf = is_float and rules.inf is not None
     if not rules.bounds and not want_inf:
-        return []
+        return
     if rules.bounds:
         lim = min(b.max_abs for b in rules.bounds)
         cand = np.flatnonzero((values > lim) | (values < -lim))  # no |x| temporary: ~2x faster
@@ -124,16 +155,39 @@ def _magnitude_hits(
     if valid is not None:
         cand = cand[valid[cand]]
     if cand.size == 0:
-        return []
+        return
     picked = values[cand]
     infinite = np.isinf(picked) if is_float else np.zeros(cand.size, dtype=bool)
-    out = []
-    if want_inf:
-        out.append(group_indices("inf", rules.inf, cand[infinite], rowmap, values))
+    if want_inf and rules.inf is not None:
+        sites.add("inf", rules.inf, cand[infinite])
     for b in rules.bounds:
-        sel = cand[~infinite & (np.abs(picked) > b.max_abs)]
-        out.append(group_indices(b.check, b.severity, sel, rowmap, values))
-    return [h for h in out if h is not None]
+        sites.add(b.check, b.severity, cand[~infinite & (np.abs(picked) > b.max_abs)])
+
+
+def _rule_mask(values: np.ndarray, valid: np.ndarray | None, rule: Any) -> np.ndarray:
+    """A range or membership rule's failures, with pandera's ``ignore_na``: by default a
+    null or NaN is skipped; with ``ignore_na: false`` it fails.  Inf is skipped (it is
+    always an ``inf`` finding)."""
+    is_float = values.dtype.kind == "f"
+    if isinstance(rule, Range):
+        mask = _range_mask(values, rule)
+    else:
+        mask = np.isin(values, np.asarray(rule.values), invert=not rule.negate)
+    nan = np.isnan(values) if is_float else None
+    if rule.ignore_na:
+        if nan is not None:
+            mask &= ~nan
+            if isinstance(rule, Range):
+                mask &= ~np.isinf(values)
+        if valid is not None:
+            mask &= valid
+    else:
+        if nan is not None:
+            mask &= ~np.isinf(values)
+            mask |= nan
+        if valid is not None:
+            mask |= ~valid
+    return mask
 
 
 def check_values(
@@ -153,34 +207,25 @@ def check_values(
         minmax: ``(values.min(), values.max())`` if the caller has it already (the profile).
 
     Returns:
-        One :class:`Hits` per check that found something.
+        One :class:`Hits` per check (and severity) that found something; a value is reported
+        at most once per check.
     """
     out: list[Hits] = []
     if valid is not None and rules.null is not None:
         h = group_by_row("null", rules.null, ~valid, rowmap, None)
         if h is not None:
             out.append(h)
-    if valid is None and _quick_clean(values, rules, minmax):
+    strict_na = any(not r.ignore_na for r in (*rules.ranges, *rules.allowed))
+    if valid is None and not strict_na and _quick_clean(values, rules, minmax):
         return out
     is_float = values.dtype.kind == "f"
-
-    def add(check: str, severity: Severity, mask: np.ndarray) -> None:
-        if valid is not None:
-            mask &= valid
-        h = group_by_row(check, severity, mask, rowmap, values)
-        if h is not None:
-            out.append(h)
-
+    sites = _Sites()
     if is_float and rules.nan is not None:
-        add("nan", rules.nan, np.isnan(values))
-    out.extend(_magnitude_hits(values, valid, rowmap, rules, is_float))
-    finite = np.isfinite(values) if is_float and rules.ranges else None
-    for r in rules.ranges:
-        mask = _range_mask(values, r)
-        if finite is not None:
-            mask &= finite
-        add(r.check, r.severity, mask)
-    for a in rules.allowed:
-        mask = np.isin(values, np.asarray(a.values), invert=not a.negate)
-        add(a.check, a.severity, mask)
-    return out
+        nan = np.isnan(values)
+        if valid is not None:
+            nan &= valid
+        sites.add("nan", rules.nan, np.flatnonzero(nan))
+    _magnitude_hits(values, valid, rules, is_float, sites)
+    for rule in (*rules.ranges, *rules.allowed):
+        sites.add(rule.check, rule.severity, np.flatnonzero(_rule_mask(values, valid, rule)))
+    return out + sites.hits(rowmap, values)

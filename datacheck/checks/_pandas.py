@@ -8,71 +8,161 @@ DataFrame in pandera itself.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from datacheck.checks._registry import BF16_MAX, FP16_OVERFLOW, Severity
 from datacheck.checks._rules import ZSCORE_MAX, Normalized
 
-__all__ = ["register_pandera_checks"]
+__all__ = ["NumericCheck", "Outcome", "register_pandera_checks", "report_name", "run_check"]
+
+
+def _finite(pandas_obj):
+    """Every value is finite: no NaN, +Inf or -Inf (NaN is not treated as null)."""
+    return np.isfinite(pandas_obj.astype("float64"))
+
+
+def _max_abs(pandas_obj, *, max_abs):
+    """|x| <= max_abs for every finite value."""
+    return ~(pandas_obj.abs() > max_abs)
+
+
+def _fp16_safe(pandas_obj):
+    """The value stays finite after a cast to float16 (|x| < 65520)."""
+    return ~(pandas_obj.abs() > FP16_OVERFLOW)
+
+
+def _bf16_safe(pandas_obj):
+    """The value stays finite after a cast to bfloat16."""
+    return ~(pandas_obj.abs() > BF16_MAX)
+
+
+def _reference_stats(
+    pandas_obj, *, mean, std, zscore_max=None, max_mean_shift=None, max_std_ratio=None
+):
+    """|x - mean| <= zscore_max * std (default 6); datacheck scans also check shard drift."""
+    z = ZSCORE_MAX if zscore_max is None else float(zscore_max)
+    if not float(std) > 0 or np.isinf(z):
+        return pandas_obj.notna() | pandas_obj.isna()
+    return ~((pandas_obj.astype("float64") - float(mean)).abs() > z * float(std))
+
+
+def _normalized(pandas_obj, *, mean=None, std=None, max_mean_shift=None, max_std_ratio=None):
+    """The column is standardised: its mean and std are close to ``mean``/``std`` (0/1)."""
+    from datacheck.profile._drift import normalization_problem
+
+    stats = {
+        "mean": mean,
+        "std": std,
+        "max_mean_shift": max_mean_shift,
+        "max_std_ratio": max_std_ratio,
+    }
+    spec = Normalized.from_stats(stats, Severity.ERROR)
+    x = pandas_obj.astype("float64")
+    x = x[np.isfinite(x)]
+    return x.size < 2 or normalization_problem(spec, float(x.mean()), float(x.std(ddof=0))) is None
+
+
+def _named(fn: Any, name: str) -> Any:
+    fn.__name__ = name  # pandera registers a check under its function's name
+    return fn
 
 
 def register_pandera_checks() -> None:
-    """Register datacheck's checks with pandera (once per process)."""
+    """Register datacheck's checks with pandera (once per process).
+
+    pandera keeps a wrapper of each body, which does not pickle: compiled schemas hold a
+    :class:`NumericCheck` in their place where these checks meet data that is not numeric."""
     import pandera.extensions as ext
     from pandera.api.extensions import CheckType  # noqa: F401 - imported for its side effect
 
-    registered = getattr(register_pandera_checks, "done", False)
-    if registered:
+    if getattr(register_pandera_checks, "done", False):
         return
-
-    @ext.register_check_method(statistics=[])
-    def finite(pandas_obj):
-        """Every value is finite: no NaN, +Inf or -Inf (NaN is not treated as null)."""
-        return np.isfinite(pandas_obj.astype("float64"))
-
-    @ext.register_check_method(statistics=["max_abs"])
-    def max_abs(pandas_obj, *, max_abs):
-        """|x| <= max_abs for every finite value."""
-        return ~(pandas_obj.abs() > max_abs)
-
-    @ext.register_check_method(statistics=[])
-    def fp16_safe(pandas_obj):
-        """The value stays finite after a cast to float16 (|x| < 65520)."""
-        return ~(pandas_obj.abs() > FP16_OVERFLOW)
-
-    @ext.register_check_method(statistics=[])
-    def bf16_safe(pandas_obj):
-        """The value stays finite after a cast to bfloat16."""
-        return ~(pandas_obj.abs() > BF16_MAX)
-
-    @ext.register_check_method(
+    ext.register_check_method(statistics=[])(_named(_finite, "finite"))
+    ext.register_check_method(statistics=["max_abs"])(_named(_max_abs, "max_abs"))
+    ext.register_check_method(statistics=[])(_named(_fp16_safe, "fp16_safe"))
+    ext.register_check_method(statistics=[])(_named(_bf16_safe, "bf16_safe"))
+    ext.register_check_method(
         statistics=["mean", "std", "zscore_max", "max_mean_shift", "max_std_ratio"]
+    )(_named(_reference_stats, "reference_stats"))
+    ext.register_check_method(statistics=["mean", "std", "max_mean_shift", "max_std_ratio"])(
+        _named(_normalized, "normalized")
     )
-    def reference_stats(
-        pandas_obj, *, mean, std, zscore_max=None, max_mean_shift=None, max_std_ratio=None
-    ):
-        """|x - mean| <= zscore_max * std (default 6); datacheck scans also check shard drift."""
-        z = ZSCORE_MAX if zscore_max is None else float(zscore_max)
-        if not float(std) > 0 or np.isinf(z):
-            return pandas_obj.notna() | pandas_obj.isna()
-        return ~((pandas_obj.astype("float64") - float(mean)).abs() > z * float(std))
-
-    @ext.register_check_method(statistics=["mean", "std", "max_mean_shift", "max_std_ratio"])
-    def normalized(pandas_obj, *, mean=None, std=None, max_mean_shift=None, max_std_ratio=None):
-        """The column is standardised: its mean and std are close to ``mean``/``std`` (0/1)."""
-        from datacheck.profile._drift import normalization_problem
-
-        stats = {
-            "mean": mean,
-            "std": std,
-            "max_mean_shift": max_mean_shift,
-            "max_std_ratio": max_std_ratio,
-        }
-        spec = Normalized.from_stats(stats, Severity.ERROR)
-        x = pandas_obj.astype("float64")
-        x = x[np.isfinite(x)]
-        return (
-            x.size < 2 or normalization_problem(spec, float(x.mean()), float(x.std(ddof=0))) is None
-        )
-
     register_pandera_checks.done = True  # type: ignore[attr-defined]
+
+
+RANGE_NAMES = frozenset(
+    {"in_range", "greater_than", "greater_than_or_equal_to", "less_than", "less_than_or_equal_to"}
+)
+ELEMENTWISE = frozenset(
+    {
+        *RANGE_NAMES,
+        "equal_to",
+        "not_equal_to",
+        "isin",
+        "notin",
+        "str_matches",
+        "str_contains",
+        "str_startswith",
+        "str_endswith",
+        "str_length",
+        "finite",
+        "max_abs",
+        "fp16_safe",
+        "bf16_safe",
+        "reference_stats",
+    }
+)
+"""Checks whose pandas body answers per value: they may run one batch at a time."""
+
+
+def report_name(check: Any) -> str:
+    """The name a pandera check reports under (range checks are ``out_of_range``)."""
+    return "out_of_range" if check.name in RANGE_NAMES else str(check.name)
+
+
+@dataclass(frozen=True)
+class NumericCheck:
+    """One of datacheck's numeric checks met data that is not numeric: pandera's body would
+    raise, so this reports a check error (picklable, unlike the registered check)."""
+
+    name: str
+    raise_warning: bool = False
+
+
+@dataclass
+class Outcome:
+    """One pandera check on one batch: failing positions per column, one verdict, or an error."""
+
+    bad: dict[str | None, np.ndarray] | None = None
+    """Failing row positions by column (None: a row-wise check of the whole frame)."""
+    passed: bool | None = None
+    """The verdict of a check whose result is one value (an aggregate)."""
+    error: str | None = None
+    """The check raised on this data: pandera's ``CHECK_ERROR``."""
+
+
+def run_check(check: Any, obj: Any) -> Outcome:
+    """Run a pandera check on a pandas Series or DataFrame (RangeIndex) as pandera does."""
+    import pandas as pd
+
+    if isinstance(check, NumericCheck):
+        return Outcome(error=f"TypeError: {check.name} needs numeric data, got {obj.dtype}")
+    try:
+        out = check(obj).check_output
+    except Exception as exc:  # noqa: BLE001 - pandera reports a raising check as a failure
+        text = " ".join(str(exc).split())[:200]
+        return Outcome(error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    if isinstance(out, pd.DataFrame):
+        bad: dict[str | None, np.ndarray] = {}
+        for name in out.columns:
+            col = out[name]
+            bad[str(name)] = np.asarray(col.index[~col.to_numpy(dtype=bool)], dtype=np.int64)
+        return Outcome(bad=bad)
+    if isinstance(out, pd.Series):
+        key = getattr(obj, "name", None) if isinstance(obj, pd.Series) else None
+        bad_rows = np.asarray(out.index[~out.to_numpy(dtype=bool)], dtype=np.int64)
+        return Outcome(bad={key: bad_rows})
+    return Outcome(passed=bool(out))

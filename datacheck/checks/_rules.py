@@ -33,6 +33,8 @@ class Range:
     max: float | None = None
     include_min: bool = True
     include_max: bool = True
+    ignore_na: bool = True
+    """pandera's ``ignore_na``: False makes a null or NaN fail the check too."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Allowed:
     severity: Severity
     values: tuple[Any, ...]
     negate: bool = False
+    ignore_na: bool = True
+    """pandera's ``ignore_na``: False makes a null or NaN fail the check too."""
 
 
 ZSCORE_MAX = 6.0
@@ -159,10 +163,11 @@ def default_rules(is_float: bool, is_numeric: bool) -> ColumnRules:
     )
 
 
-def range_holds(rules: ColumnRules, lo: float, hi: float, is_float: bool) -> bool:
+def range_holds(rules: ColumnRules, lo: Any, hi: Any, is_float: bool) -> bool:
     """True when every value in ``[lo, hi]`` (a column's min and max) passes the bounds and
     ranges.  Shared by the NumPy and torch bodies for their one-pass clean check; a NaN
-    min/max (NaN propagates through both) fails it."""
+    min/max (NaN propagates through both) fails it.  ``lo``/``hi`` keep the data's type (a
+    NumPy scalar) so a float32 value at a bound compares as in the exact pass and in pandas."""
     if is_float and not (math.isfinite(lo) and math.isfinite(hi)):
         return False
     if any(lo < -b.max_abs or hi > b.max_abs for b in rules.bounds):

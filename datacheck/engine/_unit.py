@@ -23,6 +23,7 @@ from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
 from datacheck.checks._tensor import sample_hits
+from datacheck.engine._schemacheck import SchemaRun
 from datacheck.formats import Chunk, WorkUnit, get_format
 from datacheck.formats._tabular import INTEGER_COLUMNS
 from datacheck.profile._stats import ColumnProfile, Profiler
@@ -80,7 +81,7 @@ class _Collector:
         self.counts: Counter[str] = Counter()
         self.sites: dict[str, Counter[str]] = {}
 
-    def hits(self, column: str, hits: Hits, row_offset: int) -> None:
+    def hits(self, column: str | None, hits: Hits, row_offset: int) -> None:
         self.tables.append(fnd.hits_table(self.path, column, hits, row_offset))
         self.counts[hits.check] += hits.total
         self.sites.setdefault(hits.check, Counter())[hits.severity.value] += len(hits.rows)
@@ -121,27 +122,6 @@ def _column_hits(
     return []
 
 
-def _pandas_hits(arr: pa.Array, column: str, rules: ColumnRules) -> list[Hits]:
-    """Run pandera checks that have no Arrow body on the chunk as a pandas Series."""
-    series = arr.to_pandas()
-    series.name = column
-    out: list[Hits] = []
-    for check in rules.pandas_checks:
-        result = check(series)
-        passed = result.check_output
-        sev = Severity.WARNING if getattr(check, "raise_warning", False) else Severity.ERROR
-        if hasattr(passed, "index"):
-            bad = np.asarray(passed.index[~passed.to_numpy(dtype=bool)], dtype=np.int64)
-            mask = np.zeros(len(arr), dtype=bool)
-            mask[bad] = True
-            h = group_by_row(check.name, sev, mask, RowMap(len(arr)), None)
-            if h is not None:
-                out.append(h)
-        elif not bool(passed):
-            out.append(Hits(check.name, sev, np.array([0]), np.array([len(arr)]), None))
-    return out
-
-
 def _check_tensors(
     chunk: Chunk, schema: CompiledSchema | None, col: _Collector, profiler: Profiler | None = None
 ) -> None:
@@ -166,7 +146,11 @@ def _check_tensors(
 
 
 def _check_chunk(
-    chunk: Chunk, schema: CompiledSchema | None, col: _Collector, profiler: Profiler | None = None
+    chunk: Chunk,
+    schema: CompiledSchema | None,
+    col: _Collector,
+    profiler: Profiler | None = None,
+    run: SchemaRun | None = None,
 ) -> None:
     col.findings(chunk.findings)  # what the reader found while decoding (media, token files)
     for key, h in chunk.hits:
@@ -183,31 +167,37 @@ def _check_chunk(
         offset = chunk.row_offset
         for arr in pieces:
             for leaf_name, leaf_arr in leaves(name, arr):  # struct fields: columns of their own
-                _check_column(leaf_name, leaf_arr, offset, schema, integer_columns, col, profiler)
+                _check_column(leaf_name, leaf_arr, offset, integer_columns, col, profiler, run)
             offset += len(arr)
+    if run is not None:
+
+        def index_column(name: str, arr: pa.Array, offset: int) -> None:
+            _check_column(name, arr, offset, set(), col, None, run)
+
+        run.batch(batch, chunk.row_offset, col.hits, index_column)
 
 
 def _check_column(
     name: str,
     arr: pa.Array,
     offset: int,
-    schema: CompiledSchema | None,
     integer_columns: set[str],
     col: _Collector,
     profiler: Profiler | None,
+    run: SchemaRun | None,
 ) -> None:
     leaf = leaf_type(arr.type)
     is_float = pa.types.is_floating(leaf) and name not in integer_columns
     numeric = is_numeric(leaf)
-    rules = (
-        schema.rules_for(name, is_float, numeric) if schema else default_rules(is_float, numeric)
-    )
+    if run is not None:
+        arr, rules = run.column(name, arr, is_float, numeric, offset, col.hits)
+    else:
+        rules = default_rules(is_float, numeric)
     prof = profiler.column(name) if profiler is not None else None
     for h in _column_hits(arr, rules, prof):
         col.hits(name, h, offset)
-    if rules.pandas_checks:
-        for h in _pandas_hits(arr, name, rules):
-            col.hits(name, h, offset)
+    if run is not None:
+        run.pandas_checks(name, arr, rules, offset, col.hits)
 
 
 def _reader_error(exc: BaseException) -> str:
@@ -259,15 +249,18 @@ def scan_unit(
     if opened is not None:
         res.columns = dict(opened.columns)
         tabular = get_format(unit.format).tabular
-        if schema is not None and unit.part == 0 and tabular:
-            index = _pandas_index_columns(opened.arrow_schema)
-            for f in schema_findings(unit, res.columns, schema, index):
-                col.finding(f)
+        run = None
+        if schema is not None and tabular:
+            run = SchemaRun(schema, unit.path, opened.arrow_schema)
+            if unit.part == 0:
+                col.findings(run.file_findings(res.columns, unit.partition_columns))
         profiler = Profiler(sketch) if profile else None
         for chunk in _guarded(opened.chunks, errors):
-            _check_chunk(chunk, schema, col, profiler)
+            _check_chunk(chunk, schema, col, profiler, run)
             res.rows += chunk.num_rows
             del chunk  # before the reader fetches the next one
+        if run is not None and not errors:
+            col.findings(run.finish(col.hits))
         if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
             errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
         if not tabular:  # tensor readers may discover keys while reading (tar shards)
@@ -296,45 +289,3 @@ def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
         res.table = table if table.num_rows else None
         return
     res.part_file = fnd.write_part(table, parts_dir, res.key)
-
-
-def _pandas_index_columns(arrow_schema: Any) -> set[str]:
-    """Columns that hold a pandas index (``to_parquet`` stores them): not data columns."""
-    import json
-
-    meta = getattr(arrow_schema, "metadata", None) or {}
-    try:
-        index = json.loads(meta[b"pandas"]).get("index_columns", [])
-    except (KeyError, ValueError, AttributeError):
-        return set()
-    return {c for c in index if isinstance(c, str)}
-
-
-def schema_findings(
-    unit: WorkUnit,
-    columns: dict[str, str],
-    schema: CompiledSchema,
-    index: frozenset[str] | set[str] = frozenset(),
-) -> list[fnd.Finding]:
-    """Columns missing, unexpected, or of another dtype than the schema declares.
-
-    ``index`` names columns that hold a pandas index: pandera validates them as the index, so
-    a strict schema does not call them unexpected.
-    """
-    out: list[fnd.Finding] = []
-    err = Severity.ERROR
-    for name, spec in schema.columns.items():
-        if name not in columns:
-            if spec.required and name not in unit.partition_columns:
-                out.append(fnd.Finding(unit.path, "schema", err, "column missing", column=name))
-            continue
-        expected = schema.arrow_types.get(name)
-        if expected is not None and columns[name] != str(expected):
-            msg = f"dtype {columns[name]}, schema says {spec.rules.dtype}"
-            out.append(fnd.Finding(unit.path, "schema", err, msg, column=name))
-    if schema.strict:
-        for name in columns:
-            if name not in schema.columns and name not in index:
-                msg = "unexpected column (schema is strict)"
-                out.append(fnd.Finding(unit.path, "schema", err, msg, column=name))
-    return out

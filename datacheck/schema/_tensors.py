@@ -171,25 +171,32 @@ def _quote_stars(match: re.Match[str]) -> str:
     return "[" + ",".join('"*"' if item.strip() == "*" else item for item in items) + "]"
 
 
-def safe_load_yaml(text: str) -> Any:
-    """``yaml.safe_load``, accepting unquoted ``*`` dims in flow lists (``[*, 3, 224, 224]``).
+def load_tensor_yaml(text: str, load: Any) -> Any:
+    """``load(text)``, accepting unquoted ``*`` dims in flow lists (``[*, 3, 224, 224]``).
 
     A bare ``*`` there is invalid YAML (an alias with no name), so the text is only rewritten
     (``*`` -> ``"*"``) when it does not parse as is; the original error is raised otherwise.
     """
-    import yaml
+    from datacheck.errors import SchemaError
 
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return load(text)
+    except SchemaError:
         fixed = _FLOW_LIST.sub(_quote_stars, text)
         if fixed == text:
             raise
         try:
-            return yaml.safe_load(fixed)
-        except yaml.YAMLError:
+            return load(fixed)
+        except SchemaError:
             pass
         raise
+
+
+def safe_load_yaml(text: str) -> Any:
+    """Bounded YAML (see :mod:`._yaml`) with unquoted ``*`` dims accepted."""
+    from datacheck.schema._yaml import load_yaml
+
+    return load_tensor_yaml(text, lambda t: load_yaml(t, "<text>"))
 
 
 def _hint(name: str, valid: tuple[str, ...]) -> str:

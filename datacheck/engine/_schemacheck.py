@@ -1,0 +1,343 @@
+"""The schema's side of scanning one work unit.
+
+Per chunk: which compiled column (name, ``regex`` pattern or index level) a file column is,
+``coerce``, and the checks that run through pandera.  Per file: missing, unexpected, misplaced
+and mistyped columns; and what needs every row (``unique``, a check answering for the whole
+column, schema-level checks), gathered chunk by chunk and decided in :meth:`SchemaRun.finish`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from datacheck import findings as fnd
+from datacheck.checks._numpy import Hits, RowMap, group_by_row
+from datacheck.checks._pandas import Outcome, report_name, run_check
+from datacheck.checks._registry import Severity
+from datacheck.checks._rules import ColumnRules, default_rules
+from datacheck.schema._compile import ColumnSpec, CompiledSchema, spec_rules
+from datacheck.schema._dtypes import arrow_type_for, coercible, dtype_matches
+
+ERR = Severity.ERROR
+_KEEP = {"all": False, "exclude_first": "first", "exclude_last": "last"}
+
+Emit = Callable[[str | None, Hits, int], None]
+"""Where hits go: ``(column, hits, row_offset)``."""
+
+
+def _severity(check: Any) -> Severity:
+    return Severity.WARNING if getattr(check, "raise_warning", False) else ERR
+
+
+def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:
+    """Columns pandas stored the index in, and a stored RangeIndex (start/step) if any."""
+    meta = getattr(arrow_schema, "metadata", None) or {}
+    try:
+        index = json.loads(meta[b"pandas"]).get("index_columns", [])
+    except (KeyError, ValueError, AttributeError, TypeError):
+        return [], None
+    names = [c for c in index if isinstance(c, str)]
+    ranges = [c for c in index if isinstance(c, dict) and c.get("kind") == "range"]
+    return names, (ranges[0] if ranges else None)
+
+
+class SchemaRun:
+    """Schema checks of one work unit (the whole file when the schema needs every row)."""
+
+    def __init__(self, schema: CompiledSchema, path: str, arrow_schema: Any) -> None:
+        self.schema = schema
+        self.path = path
+        self.arrow_schema = arrow_schema
+        self.stored_index, self.range_index = index_columns(arrow_schema)
+        self.index_specs = dict(zip(self.stored_index, schema.index, strict=False))
+        self.cache: dict[str, ColumnSpec | None] = {}
+        self.unique_parts: dict[tuple[str, ...], list[pa.Array | pa.Table]] = {}
+        self.aggregates: dict[tuple[str, int], list[pa.Array]] = {}
+        self.frame_parts: dict[int, list[pa.Table]] = {}
+        self.frame_aggregate: set[int] = set()
+        self.errors: dict[tuple[str | None, str], fnd.Finding] = {}
+
+    # --- per column ---------------------------------------------------------------------
+
+    def spec(self, name: str) -> ColumnSpec | None:
+        if name not in self.cache:
+            spec = self.index_specs.get(name)
+            self.cache[name] = spec if spec is not None else self.schema.spec_for(name)
+        return self.cache[name]
+
+    def column(
+        self, name: str, arr: pa.Array, is_float: bool, numeric: bool, offset: int, emit: Emit
+    ) -> tuple[pa.Array, ColumnRules]:
+        """The array to check (after ``coerce``) and its rules."""
+        spec = self.spec(name)
+        if spec is None:
+            return arr, default_rules(is_float, numeric)
+        if spec.coerce and not dtype_matches(spec.dtype, arr.type):
+            arr = self._coerce(name, spec, arr, offset, emit)
+            is_float = pa.types.is_floating(arr.type)
+            numeric = is_float or pa.types.is_integer(arr.type)
+        return arr, spec_rules(spec, is_float, numeric)
+
+    def _coerce(
+        self, name: str, spec: ColumnSpec, arr: pa.Array, offset: int, emit: Emit
+    ) -> pa.Array:
+        """Cast to the schema's type as pandera's ``coerce`` does; a value that cannot be
+        cast is a ``schema`` finding at its row, and null afterwards."""
+        import pyarrow.compute as pc
+
+        target = arrow_type_for(spec.dtype)
+        if target is None or not coercible(spec.dtype, arr.type):
+            return arr
+        try:
+            return pc.cast(arr, target, safe=not pa.types.is_floating(arr.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        import pandas as pd
+
+        series = arr.to_pandas()
+        if pa.types.is_integer(target) or pa.types.is_floating(target):
+            parsed = pd.to_numeric(series, errors="coerce")
+            if pa.types.is_integer(target):
+                parsed = parsed.where(np.isfinite(parsed.astype("float64")))
+            bad = parsed.isna().to_numpy() & series.notna().to_numpy()
+            out = pa.array(parsed.astype("float64"), from_pandas=True)
+            out = pc.cast(out, target, safe=False) if pa.types.is_integer(target) else out
+        else:
+            return arr
+        h = group_by_row("schema", ERR, bad, RowMap(len(arr)), None)
+        if h is not None:
+            emit(name, h, offset)
+        return out
+
+    def pandas_checks(
+        self, name: str, arr: pa.Array, rules: ColumnRules, offset: int, emit: Emit
+    ) -> None:
+        """Checks with no Arrow body run through pandera; one finding per row and check."""
+        spec = self.spec(name)
+        if spec is not None and spec.unique:
+            self.unique_parts.setdefault((name,), []).append(arr)
+        if not rules.pandas_checks:
+            return
+        series = arr.to_pandas()
+        series.name = name
+        merged: dict[tuple[str, Severity], np.ndarray] = {}
+        for i, check in enumerate(rules.pandas_checks):
+            key = (name, i)
+            if key in self.aggregates:
+                self.aggregates[key].append(arr)
+                continue
+            out = run_check(check, series)
+            if out.passed is not None:  # answers for the whole column: decided at the end
+                self.aggregates[key] = [arr]
+                continue
+            self._outcome(name, check, out, len(arr), offset, emit, merged)
+        for (check_name, sev), mask in merged.items():
+            h = group_by_row(check_name, sev, mask, RowMap(len(arr)), None)
+            if h is not None:
+                emit(name, h, offset)
+
+    def _outcome(
+        self,
+        column: str | None,
+        check: Any,
+        out: Outcome,
+        n: int,
+        offset: int,
+        emit: Emit,
+        merged: dict[tuple[str, Severity], np.ndarray] | None = None,
+    ) -> list[fnd.Finding]:
+        name, sev = report_name(check), _severity(check)
+        if out.error is not None:  # once per column and check, row null
+            self.errors.setdefault(
+                (column, name), fnd.Finding(self.path, name, sev, out.error, column)
+            )
+            return []
+        for col, rows in (out.bad or {}).items():
+            if merged is not None:
+                mask = merged.setdefault((name, sev), np.zeros(n, dtype=bool))
+                mask[rows] = True
+            else:
+                mask = np.zeros(n, dtype=bool)
+                mask[rows] = True
+                h = group_by_row(name, sev, mask, RowMap(n), None)
+                if h is not None:
+                    emit(col, h, offset)
+        return []
+
+    # --- per batch ----------------------------------------------------------------------
+
+    def batch(self, batch: Any, offset: int, emit: Emit, check_column: Callable[..., None]) -> None:
+        """Schema-level uniqueness and checks, and index levels that are row numbers."""
+        names = set(batch.schema.names)
+        for cols, _keep in self.schema.unique:
+            if all(c in names for c in cols):
+                self.unique_parts.setdefault(cols, []).append(batch.select(list(cols)))
+        if self.schema.index and not self.stored_index:
+            start, step = 0, 1
+            if self.range_index is not None:
+                start, step = (
+                    int(self.range_index.get("start", 0)),
+                    int(self.range_index.get("step", 1)),
+                )
+            spec = self.schema.index[0]
+            rows = pa.array(
+                start + step * np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+            )
+            self.cache.setdefault(spec.name, spec)
+            check_column(spec.name, rows, offset)
+        if not self.schema.frame_checks:
+            return
+        import pandas as pd
+
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        frame = None
+        for i, check in enumerate(self.schema.frame_checks):
+            if i in self.frame_aggregate:
+                self.frame_parts[i].append(table)
+                continue
+            if frame is None:
+                frame = table.to_pandas()
+                frame.index = pd.RangeIndex(len(frame))  # positions: rows of the batch
+            out = run_check(check, frame)
+            if out.passed is not None:
+                self.frame_aggregate.add(i)
+                self.frame_parts[i] = [table]
+                continue
+            self._outcome(None, check, out, table.num_rows, offset, emit)
+
+    # --- per file -----------------------------------------------------------------------
+
+    def finish(self, emit: Emit) -> list[fnd.Finding]:
+        """What needs every row of the file: uniqueness and whole-column verdicts."""
+        out: list[fnd.Finding] = list(self.errors.values())
+        for cols, parts in self.unique_parts.items():
+            keep = self._keep(cols)
+            if len(cols) == 1 and isinstance(parts[0], pa.Array):
+                frame = pa.chunked_array(parts).to_pandas().to_frame()
+            else:
+                frame = pa.concat_tables(parts).to_pandas()
+            dup = frame.duplicated(keep=keep).to_numpy()
+            h = group_by_row("unique", ERR, dup, RowMap(len(dup)), None)
+            if h is not None:
+                emit(",".join(cols), h, 0)
+        for (name, i), arrays in self.aggregates.items():
+            spec = self.spec(name)
+            check = self._pandas_check(spec, name, arrays[0], i)
+            series = pa.chunked_array(arrays).to_pandas()
+            series.name = name
+            res = run_check(check, series)
+            out += self._verdict(name, check, res)
+        for i, tables in self.frame_parts.items():
+            check = self.schema.frame_checks[i]
+            out += self._verdict(
+                None, check, run_check(check, pa.concat_tables(tables).to_pandas())
+            )
+        return out
+
+    def _keep(self, cols: tuple[str, ...]) -> Any:
+        if len(cols) == 1:
+            spec = self.spec(cols[0])
+            if spec is not None and spec.unique:
+                return _KEEP[spec.unique]
+        for c, keep in self.schema.unique:
+            if c == cols:
+                return _KEEP[keep]
+        return False
+
+    def _pandas_check(self, spec: ColumnSpec | None, name: str, arr: pa.Array, i: int) -> Any:
+        is_float = pa.types.is_floating(arr.type)
+        numeric = is_float or pa.types.is_integer(arr.type)
+        assert spec is not None  # only schema columns have pandas checks
+        return spec_rules(spec, is_float, numeric).pandas_checks[i]
+
+    def _verdict(self, column: str | None, check: Any, res: Outcome) -> list[fnd.Finding]:
+        name, sev = report_name(check), _severity(check)
+        if res.error is not None:
+            return [fnd.Finding(self.path, name, sev, res.error, column)]
+        if res.passed is False:
+            return [fnd.Finding(self.path, name, sev, "failed on the whole file", column)]
+        if res.bad:  # an aggregate that answered per row on the whole file
+            return [
+                fnd.Finding(self.path, name, sev, None, col, int(r))
+                for col, rows in res.bad.items()
+                for r in rows
+            ]
+        return []
+
+    def file_findings(self, columns: dict[str, str], partition_columns: Any) -> list[fnd.Finding]:
+        """Columns missing, unexpected, out of order, repeated, or of another dtype."""
+        names = list(getattr(self.arrow_schema, "names", None) or columns)
+        types = {f.name: f.type for f in self.arrow_schema} if self.arrow_schema is not None else {}
+        for name, text in columns.items():  # text formats report integers they read as float64
+            if str(types.get(name)) != text:
+                with contextlib.suppress(ValueError, KeyError):
+                    types[name] = pa.type_for_alias(text)
+        return file_findings(self, columns, names, types, partition_columns)
+
+
+def file_findings(
+    run: SchemaRun,
+    columns: dict[str, str],
+    names: list[str],
+    types: dict[str, Any],
+    partition_columns: Any,
+) -> list[fnd.Finding]:
+    schema, path = run.schema, run.path
+    out: list[fnd.Finding] = []
+    index = set(run.stored_index)
+    for name, spec in schema.columns.items():
+        if spec.regex:
+            matched = [c for c in columns if c not in index and re.match(name, c)]
+            if not matched and spec.required:
+                msg = "no column matches the pattern (regex: true)"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+            for c in matched:
+                out += _dtype_finding(path, c, types.get(c), spec)
+            continue
+        if name not in columns:
+            if spec.required and not spec.fill and name not in partition_columns:
+                out.append(fnd.Finding(path, "schema", ERR, "column missing", column=name))
+            continue
+        out += _dtype_finding(path, name, types.get(name), spec)
+    for name, spec in run.index_specs.items():
+        out += _dtype_finding(path, name, types.get(name), spec)
+    if schema.index and not run.stored_index:
+        spec = schema.index[0]
+        out += _dtype_finding(path, spec.name, pa.int64(), spec)
+    known = [c for c in columns if c not in index]
+    if schema.strict is True:
+        for name in known:
+            if run.spec(name) is None:
+                msg = "unexpected column (schema is strict)"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+    if schema.ordered:
+        order = [c for c in known if c in schema.columns]
+        expected = [c for c in schema.columns if c in order]
+        for got, want in zip(order, expected, strict=True):
+            if got != want:
+                msg = f"column out of order (schema is ordered): expected {want!r} here"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=got))
+                break
+    if schema.unique_column_names and len(set(names)) != len(names):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                out.append(fnd.Finding(path, "schema", ERR, "column name repeated", column=name))
+            seen.add(name)
+    return out
+
+
+def _dtype_finding(path: str, name: str, t: Any, spec: ColumnSpec) -> list[fnd.Finding]:
+    if t is None or spec.dtype is None or dtype_matches(spec.dtype, t):
+        return []
+    if spec.coerce and coercible(spec.dtype, t):
+        return []
+    msg = f"dtype {t}, schema says {spec.dtype}"
+    return [fnd.Finding(path, "schema", ERR, msg, column=name)]
