@@ -135,6 +135,7 @@ PUBLIC_FACES = {
         "register",
     ],
     "datacheck.schema": ["CompiledSchema", "compile_schema", "load_schema"],
+    "datacheck.history": ["History", "Overrides", "read_history", "sniff"],
     "datacheck.engine": ["UnitResult", "discover", "plan_units", "poison_result", "scan_unit"],
     "datacheck.execute": [
         "EXECUTOR_NAMES",

@@ -23,7 +23,18 @@ def add_parser(subparsers: Any) -> None:
             "grad-norm precursor, loss warning, danger, NaN, and the step to restart from."
         ),
     )
-    p.add_argument("path", help="train.log | metrics.jsonl | metrics.csv | events.out.tfevents.*")
+    p.add_argument(
+        "path",
+        help="train.log | metrics.jsonl | metrics.csv | trainer_state.json | "
+        "events.out.tfevents.* | a TensorBoard run folder",
+    )
+    for flag, what in (
+        ("--loss", "the training loss (several joined with + are summed)"),
+        ("--step", "the step counter"),
+        ("--grad-norm", "the grad norm"),
+        ("--lr", "the learning rate"),
+    ):
+        p.add_argument(flag, metavar="KEY", help=f"key of {what}, instead of discovering it")
     p.add_argument(
         "--spike-ratio",
         "--spike-factor",
@@ -70,14 +81,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("logs: --lookback must be >= 0")
     loss = replace(LOSS, ratio=args.ratio, sigma=args.sigma, window=args.window)
     grad = replace(GRAD_NORM, ratio=args.grad_ratio, sigma=args.sigma, window=args.window)
-    from datacheck._logs import analyze, read_history, render_text
+    from datacheck._logs import Overrides, analyze, read_history, render_text
 
-    hist = read_history(args.path)
+    overrides = Overrides(loss=args.loss, step=args.step, grad_norm=args.grad_norm, lr=args.lr)
+    hist = read_history(args.path, overrides)
     tl = analyze(hist, loss=loss, grad_norm=grad, lookback=args.lookback)
     if args.output_format == "json":
         print(
             json.dumps(
-                {"source": hist.source, "format": hist.format, "keys": hist.keys, **asdict(tl)}
+                {
+                    "source": hist.source,
+                    "format": hist.format,
+                    "keys": hist.keys,
+                    **asdict(tl),
+                },
+                allow_nan=False,
+                default=str,
             )
         )
     else:
