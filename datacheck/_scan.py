@@ -17,7 +17,8 @@ from datacheck.engine._journal import Journal
 from datacheck.engine._merge import apply_extra, file_entries, shard_dtype_findings, write_manifest
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
 from datacheck.errors import UsageError
-from datacheck.execute import check_executor, default_workers, run_units
+from datacheck.execute import check_executor, default_workers, prestart, run_units
+from datacheck.formats import _storage, format_modules
 from datacheck.profile._drift import needs_profile, profile_findings
 from datacheck.report import FAIL_ON, MANIFEST, Report, write_report_json
 from datacheck.schema import CompiledSchema, load_schema
@@ -35,6 +36,13 @@ class ScanConfig:
     """Parallel workers (default: a worker per core)."""
     executor: str = "auto"
     """``auto``, ``inprocess``, ``processes`` or ``distributed``."""
+    isolate: bool = True
+    """Read files in worker processes, where a reader that crashes (a segfault on a damaged
+    file) cannot end the scan.  False runs the ``inprocess`` executor in this very process:
+    no worker to start, but a crash then ends the scan and there is no time limit."""
+    unit_timeout: float | None = None
+    """Seconds a unit may run before it is reported ``corrupt`` (0: no limit; default: 300 s
+    plus a second per 4 MiB of the unit).  Not enforced on ``distributed``."""
     unit_bytes: int = 512 << 20
     """Files larger than this are split into row-group ranges."""
     executor_options: dict[str, Any] = field(default_factory=dict)
@@ -55,6 +63,8 @@ class ScanConfig:
         if self.workers is not None and self.workers < 1:
             raise UsageError(f"workers must be >= 1, got {self.workers}")
         check_executor(self.executor)
+        if self.unit_timeout is not None and not self.unit_timeout >= 0:
+            raise UsageError(f"unit_timeout must be >= 0 seconds, got {self.unit_timeout}")
         if self.unit_bytes < 1 << 20:
             raise UsageError(f"unit_bytes must be at least 1 MiB, got {self.unit_bytes}")
         self._check_cluster()
@@ -85,6 +95,9 @@ class ScanConfig:
     def run_options(self) -> dict[str, Any]:
         """Keyword arguments for the executor: ``executor_options`` plus the cluster."""
         opts = dict(self.executor_options)
+        if self.executor != "distributed":
+            opts.setdefault("isolate", self.isolate)
+            opts.setdefault("unit_timeout", self.unit_timeout)
         if self.scheduler is not None:
             opts["scheduler"] = self.scheduler
         if self.client is not None:
@@ -93,15 +106,23 @@ class ScanConfig:
 
 
 @lru_cache(maxsize=8)
-def _schema_in_worker(spec: str) -> CompiledSchema | None:
+def _schema_in_worker(spec: str, mtime: float) -> CompiledSchema | None:
     return load_schema(spec)
+
+
+def _mtime(spec: str) -> float:
+    """A schema file's mtime: workers outlive a scan, and the file may change in between."""
+    try:
+        return os.stat(spec).st_mtime
+    except OSError:  # module:attr
+        return 0.0
 
 
 def _run_unit(
     unit: Any, schema: Any, parts_dir: str | None, profile: bool = False, sketch: bool = False
 ) -> UnitResult:
     """The picklable unit function: a schema given as a string is loaded once per worker."""
-    compiled = _schema_in_worker(schema) if isinstance(schema, str) else schema
+    compiled = _schema_in_worker(schema, _mtime(schema)) if isinstance(schema, str) else schema
     return scan_unit(unit, compiled, parts_dir, profile=profile, sketch=sketch)
 
 
@@ -146,6 +167,7 @@ def scan(
         InputError, SchemaError, UsageError: for bad inputs or settings (never for bad data).
     """
     config = config or ScanConfig(**overrides)
+    prestart(config.executor, config.isolate, [__name__])  # starts while we list the files
     inputs = [paths] if isinstance(paths, (str, Path)) else list(paths)
     inputs = [str(p) for p in inputs]
     compiled = load_schema(schema)
@@ -184,8 +206,18 @@ def scan(
     workers = config.workers or default_workers()
     if progress is not None and hasattr(progress, "start"):
         progress.start(units)
+    preload = format_modules({u.format for u in todo})
+    options = config.run_options()
+    if any(_storage.in_this_process_only(u.path) for u in todo):
+        options["isolate"] = False  # memory:// lives here: no worker could read it
     running = run_units(
-        fn, todo, config.executor, workers, on_poison=poison_result, **config.run_options()
+        fn,
+        todo,
+        config.executor,
+        workers,
+        on_poison=poison_result,
+        preload=preload,
+        **options,
     )
     try:  # on Ctrl-C / errors: stop the executor now, keep journal + parts for --resume
         for r in running:

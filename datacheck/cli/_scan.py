@@ -40,6 +40,20 @@ def add_parser(sub: Any) -> None:
         help="where units run (default: %(default)s)",
     )
     p.add_argument(
+        "--unit-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="report a file corrupt when reading one unit of it takes longer "
+        "(default: 300 s plus 1 s per 4 MiB; 0: no limit)",
+    )
+    p.add_argument(
+        "--no-isolation",
+        dest="isolate",
+        action="store_false",
+        help="with --executor inprocess, read files in the datacheck process itself: no worker "
+        "to start, but a reader that crashes on a damaged file ends the scan (trusted files only)",
+    )
+    p.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         help="run on a running dask scheduler, e.g. tcp://10.0.0.5:8786 "
@@ -126,6 +140,8 @@ def _run_scan(args: argparse.Namespace) -> int:
         fail_on=args.fail_on,
         workers=args.workers,
         executor=args.executor,
+        isolate=args.isolate,
+        unit_timeout=args.unit_timeout,
         unit_bytes=args.unit_mb << 20,
         scheduler=args.scheduler,
         resume=args.resume,

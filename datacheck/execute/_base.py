@@ -7,7 +7,8 @@ unit cannot be run at all (it crashed every process that read it), the executor 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 
@@ -27,4 +28,16 @@ UnitFn = Callable[[Any], Any]
 OnPoison = Callable[[Any, str], Any]
 """``on_poison(unit, message)``: the result to yield for a unit that could not be run."""
 
-__all__ = ["OnPoison", "Unit", "UnitFn"]
+
+def call_after_import(modules: Sequence[str], fn: UnitFn, unit: Any) -> Any:
+    """``fn(unit)`` once ``modules`` are imported: plugin formats registered in a worker too.
+
+    Bound with :func:`functools.partial` to make a unit function for workers that did not
+    start from this process (dask workers).
+    """
+    for name in modules:
+        importlib.import_module(name)
+    return fn(unit)
+
+
+__all__ = ["OnPoison", "Unit", "UnitFn", "call_after_import"]

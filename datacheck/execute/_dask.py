@@ -34,8 +34,9 @@ from datacheck.execute._base import OnPoison
 
 __all__ = ["run_distributed"]
 
-ALLOWED_FAILURES = 3
-"""Worker deaths a unit may cause before it is declared poison (our local clusters only)."""
+ALLOWED_FAILURES = 1
+"""Worker deaths a unit may cause before it is declared poison (our local clusters only): one
+retry in a fresh worker, as on the local executors."""
 
 
 def dask_setup(worker: object) -> None:
@@ -172,7 +173,5 @@ def _outcome(fut: Future, unit: Any, on_poison: OnPoison) -> Any:
         return fut.result()
     except KilledWorker as exc:
         deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
-        msg = (
-            f"KilledWorker: the reader crashed {deaths} worker processes on this file (poison file)"
-        )
+        msg = f"the reader crashed (KilledWorker: {deaths} worker processes died) on this file"
         return on_poison(unit, msg)

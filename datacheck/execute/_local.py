@@ -1,18 +1,21 @@
-"""The local executors: ``inprocess`` (one unit after another here) and ``processes`` (a pool).
+"""The local executors: ``inprocess`` (one unit after another) and ``processes`` (a pool).
 
-Both take the unit function and yield results as units finish, so the caller can drive a
-progress bar.  They know nothing of what a unit does.
+Both run units in isolated worker processes (:mod:`~datacheck.execute._workers`): a reader that
+crashes natively on a file ends its worker, never the scan.  ``inprocess`` uses one worker, so
+units run one after another; with ``isolate=False`` it runs them in this very process instead
+(no worker to start, but a crashing reader then ends the scan, and there is no time limit).
+Both yield results as units finish, so the caller can drive a progress bar; they know nothing
+of what a unit does.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 from datacheck.execute._base import OnPoison, Unit, UnitFn
+from datacheck.execute._workers import run_isolated
 
 __all__ = ["default_workers", "run_inprocess", "run_processes"]
 
@@ -26,37 +29,30 @@ def default_workers() -> int:
 
 
 def run_inprocess(
-    fn: UnitFn, units: Sequence[Unit], workers: int, on_poison: OnPoison, **_: Any
+    fn: UnitFn,
+    units: Sequence[Unit],
+    workers: int,
+    on_poison: OnPoison,
+    *,
+    isolate: bool = True,
+    unit_timeout: float | None = None,
+    preload: Sequence[str] = (),
 ) -> Iterator[Any]:
-    for unit in units:
-        yield fn(unit)
+    """One unit after another: in one worker process, or here when ``isolate`` is False."""
+    if isolate:
+        return run_isolated(fn, units, 1, on_poison, unit_timeout=unit_timeout, preload=preload)
+    return (fn(unit) for unit in units)
 
 
 def run_processes(
-    fn: UnitFn, units: Sequence[Unit], workers: int, on_poison: OnPoison, **_: Any
+    fn: UnitFn,
+    units: Sequence[Unit],
+    workers: int,
+    on_poison: OnPoison,
+    *,
+    isolate: bool = True,
+    unit_timeout: float | None = None,
+    preload: Sequence[str] = (),
 ) -> Iterator[Any]:
-    ctx = mp.get_context("spawn")  # no fork: Arrow's thread pools do not survive it
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    try:
-        pending = {pool.submit(fn, u) for u in units[: workers * 2]}
-        queue = list(units[workers * 2 :])
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                if queue:
-                    pending.add(pool.submit(fn, queue.pop(0)))
-                yield fut.result()
-    except BaseException:  # Ctrl-C, SIGTERM, an early close: stop now, do not wait for units
-        _stop(pool)
-        raise
-    pool.shutdown()
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel queued units and end the worker processes without waiting for running ones."""
-    procs = list(getattr(pool, "_processes", {}).values())  # no public handle on the workers
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        proc.join(timeout=10)
+    """Units on ``workers`` worker processes (always isolated)."""
+    return run_isolated(fn, units, workers, on_poison, unit_timeout=unit_timeout, preload=preload)

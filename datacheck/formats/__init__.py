@@ -12,7 +12,7 @@ listed in ``_BUILTIN_MODULES`` (imported lazily, so heavy readers cost nothing u
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,16 @@ if TYPE_CHECKING:
     from datacheck.checks._numpy import Hits
     from datacheck.findings import Finding
 
-__all__ = ["Chunk", "Format", "Opened", "WorkUnit", "detect", "get_format", "register"]
+__all__ = [
+    "Chunk",
+    "Format",
+    "Opened",
+    "WorkUnit",
+    "detect",
+    "format_modules",
+    "get_format",
+    "register",
+]
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,14 @@ def formats() -> dict[str, Format]:
 def get_format(name: str) -> Format:
     _ensure_loaded()
     return _REGISTRY[name]
+
+
+def format_modules(names: Iterable[str]) -> tuple[str, ...]:
+    """The modules that registered these formats, outside the built-in ones: what a worker
+    process must import to read them (a plugin's format, a test's)."""
+    _ensure_loaded()
+    mods = {type(_REGISTRY[n]).__module__ for n in names if n in _REGISTRY}
+    return tuple(sorted(m for m in mods if not m.startswith("datacheck.") and m != "__main__"))
 
 
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}

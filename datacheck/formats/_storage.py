@@ -32,6 +32,12 @@ def is_url(path: str) -> bool:
     return bool(sep) and proto.replace("+", "").replace("-", "").isalnum() and len(proto) > 1
 
 
+def in_this_process_only(path: str) -> bool:
+    """True for ``memory://`` paths: that filesystem lives in this process, and a worker
+    process cannot read it."""
+    return str(path).startswith("memory://")
+
+
 def _fs(url: str) -> tuple[Any, str]:
     import fsspec
 

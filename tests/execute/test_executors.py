@@ -1,7 +1,8 @@
-"""The executor contract: every executor gives the same report and manifest, unit by unit.
+"""The executor contract: every executor gives the same report and manifest, unit by unit,
+and a reader that crashes natively on a file makes it ``corrupt``, never ends the scan.
 
 Each executor (``inprocess``, ``processes``, ``distributed`` on a real local dask cluster)
-runs the same cases; the in-process run is the reference.
+runs the same cases; the unisolated in-process run (``isolate=False``) is the reference.
 """
 
 from __future__ import annotations
@@ -24,13 +25,22 @@ from datacheck.engine._unit import poison_result
 from datacheck.execute import run_units
 
 EXECUTORS = ("inprocess", "processes", "distributed")
+"""What a user can pick; all of them isolate readers in worker processes."""
+REFERENCE = {"executor": "inprocess", "isolate": False}
 
 
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[object]:
+    import dask
     from distributed import Client, LocalCluster
 
     with (
+        dask.config.set(  # as our own local clusters: one retry, one task per worker at a time
+            {
+                "distributed.scheduler.allowed-failures": 1,
+                "distributed.scheduler.worker-saturation": 1.0,
+            }
+        ),
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
@@ -50,7 +60,7 @@ def run_opts(request: pytest.FixtureRequest) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def reference(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ref")
-    datacheck.scan(demo_dir, demo_dir / "schema.yaml", out=out, executor="inprocess")
+    datacheck.scan(demo_dir, demo_dir / "schema.yaml", out=out, **REFERENCE)
     return out
 
 
@@ -96,9 +106,34 @@ def test_row_group_units_of_a_large_file_match(run_opts: dict[str, object], tmp_
         row_group_size=50_000,
         compression="none",
     )
-    ref = datacheck.scan(data, out=tmp_path / "ref", unit_bytes=1 << 20, executor="inprocess")
+    ref = datacheck.scan(data, out=tmp_path / "ref", unit_bytes=1 << 20, **REFERENCE)
     got = datacheck.scan(data, out=tmp_path / "got", unit_bytes=1 << 20, **run_opts)
     assert comparable(tmp_path / "got") == comparable(tmp_path / "ref")
     assert manifest(tmp_path / "got") == manifest(tmp_path / "ref")
     assert got.summary["rows"] == rows and ref.summary["rows"] == rows
     assert sorted(got.findings["row"].tolist()) == [5, 250_001, 399_999]
+
+
+@pytest.mark.parametrize(("ext", "signal_name"), [("segv", "SIGSEGV"), ("abort", "SIGABRT")])
+def test_a_reader_that_crashes_makes_its_file_corrupt_exactly_once(
+    ext: str, signal_name: str, run_opts: dict[str, object], tmp_path: Path
+) -> None:
+    import _poison_format  # noqa: F401 - discovery must recognise *.segv / *.abort here
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        pq.write_table(pa.table({"x": [float(i), np.nan]}), data / f"ok-{i}.parquet")
+    (data / f"bad.{ext}").write_bytes(b"boom")
+    report = datacheck.scan(data, out=tmp_path / "out", **run_opts)
+    files = report.files.set_index("path")
+    bad = str(data / f"bad.{ext}")
+    assert files.loc[bad, "status"] == "corrupt"
+    error = files.loc[bad, "error"]
+    assert error.startswith("the reader crashed (") and error.endswith("on this file")
+    if "client" not in run_opts:  # dask reports a dead worker, not how it died
+        assert f"({signal_name})" in error
+    corrupt = report.findings[report.findings["check"] == "corrupt"]
+    assert corrupt["path"].tolist() == [bad]
+    assert (files.drop(index=bad)["status"] == "flagged").all()
+    assert report.summary["rows"] == 6

@@ -1,0 +1,101 @@
+"""Isolated workers: retries in a fresh process, time limits, bugs re-raised, workers reused."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import datacheck
+from datacheck.errors import UsageError
+from datacheck.execute import run_units
+from datacheck.execute._workers import RemoteTraceback, unit_time_limit
+from datacheck.formats import WorkUnit
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    import _poison_format  # noqa: F401 - discovery must recognise the test formats
+
+    root = tmp_path / "data"
+    root.mkdir()
+    pq.write_table(pa.table({"x": [1.0, np.nan]}), root / "ok.parquet")
+    return root
+
+
+def test_a_unit_whose_process_died_once_is_retried_in_a_fresh_one(data: Path) -> None:
+    (data / "once.flaky").write_bytes(b"")
+    report = datacheck.scan(data, out=data.parent / "out", executor="inprocess")
+    files = report.files.set_index("path")
+    assert (data / "once.flaky.seen").exists()  # it did die once
+    assert files.loc[str(data / "once.flaky"), "status"] == "ok"
+    assert files.loc[str(data / "ok.parquet"), "status"] == "flagged"
+
+
+@pytest.mark.parametrize("executor", ["inprocess", "processes"])
+def test_a_reader_past_its_time_limit_is_corrupt(data: Path, executor: str) -> None:
+    (data / "stuck.hang").write_bytes(b"")
+    report = datacheck.scan(
+        data, out=data.parent / "out", executor=executor, workers=2, unit_timeout=1.5
+    )
+    files = report.files.set_index("path")
+    assert files.loc[str(data / "stuck.hang"), "error"] == "the reader timed out after 1.5 s"
+    assert files.loc[str(data / "ok.parquet"), "status"] == "flagged"
+
+
+def test_default_time_limit_grows_with_the_unit() -> None:
+    small = WorkUnit("a", "parquet", 1000, 0.0)
+    big = WorkUnit("b", "parquet", 8 << 30, 0.0, n_parts=2)
+    assert unit_time_limit(small, None) == pytest.approx(300, abs=1)
+    assert unit_time_limit(big, None) == 300 + 1024
+    assert unit_time_limit(big, 5) == 5 and unit_time_limit(big, 0) == float("inf")
+    with pytest.raises(UsageError, match="unit_timeout"):
+        datacheck.ScanConfig(unit_timeout=-1)
+
+
+def _buggy(unit: int) -> int:
+    if unit == 2:
+        raise ZeroDivisionError("a bug in datacheck")
+    return unit * 10
+
+
+def _poison(unit: object, message: str) -> str:
+    return f"poison {unit}: {message}"
+
+
+def test_an_exception_in_the_unit_function_is_raised_with_the_worker_traceback() -> None:
+    units = [_U(i) for i in range(4)]
+    with pytest.raises(ZeroDivisionError, match="a bug") as info:
+        list(run_units(partial(_call, _buggy), units, "processes", 2, on_poison=_poison))
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert "_buggy" in str(info.value.__cause__)
+
+
+class _U:
+    size = 10
+    n_parts = 1
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+def _call(fn, unit: _U):  # type: ignore[no-untyped-def]
+    return fn(unit.i)
+
+
+def _pid(unit: _U) -> int:
+    return os.getpid()
+
+
+def test_workers_are_reused_by_the_next_run_and_none_is_this_process() -> None:
+    units = [_U(i) for i in range(3)]
+    first = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison))
+    second = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison))
+    assert first == second and os.getpid() not in first and len(first) == 1
+    here = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison, isolate=False))
+    assert here == {os.getpid()}
