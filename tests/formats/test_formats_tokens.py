@@ -61,7 +61,9 @@ def test_megatron_out_of_vocab_and_empty(block: int, tmp_path: Path, monkeypatch
     d[49] = []
     (tmp_path / "data").mkdir()
     write_megatron(tmp_path / "data" / "corpus_text_document", d)
-    report = scan(tmp_path / "data", schema=schema(tmp_path, "tokens:\n  vocab_size: 1000\n"))
+    report = scan(  # isolate=False: the monkeypatched block size holds in this process only
+        tmp_path / "data", schema=schema(tmp_path, "tokens:\n  vocab_size: 1000\n"), isolate=False
+    )
     (entry,) = report.data["files"]
     assert entry["path"].endswith(".idx") and entry["format"] == "megatron"
     assert entry["rows"] == 50 and entry["columns"] == {"tokens": "uint16"}
