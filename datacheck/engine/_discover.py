@@ -54,8 +54,22 @@ def _skip_file(name: str) -> bool:
     return name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc")
 
 
+def _dataset_metadata(path: str) -> bool:
+    """A dataset folder's own metadata (HF ``state.json``, MDS ``index.json``): its data files'
+    reader uses it; it is not data itself."""
+    from datacheck.formats._hf import is_hf_metadata
+
+    folder, name = os.path.split(path)
+    if name == "index.json":
+        return any(n.endswith(".mds") for n in os.listdir(folder or "."))
+    return name.endswith(".json") and is_hf_metadata(path)
+
+
 def _is_data(path: str) -> bool:
-    return not _skip_file(os.path.basename(path)) and detect(path, _head(path)) is not None
+    name = os.path.basename(path)
+    if _skip_file(name) or (not _storage.is_url(path) and _dataset_metadata(path)):
+        return False
+    return detect(path, _head(path)) is not None
 
 
 def _walk(root: Path) -> tuple[list[str], list[str]]:

@@ -109,6 +109,11 @@ class Format:
         """True if the first bytes of a file identify this format."""
         return False
 
+    def owns(self, path: str) -> bool:
+        """True if the file belongs to a dataset folder this format reads (checked before the
+        extension: a Hugging Face split's ``data-*.arrow`` is ``hf``, not plain ``arrow``)."""
+        return False
+
     def plan(self, path: str, size: int, unit_bytes: int) -> list[dict[str, Any]]:
         """Split a file into units (kwargs for :class:`WorkUnit`); default: the whole file."""
         return [{}]
@@ -119,6 +124,8 @@ class Format:
 
 
 _REGISTRY: dict[str, Format] = {}
+_OWNERS: list[Format] = []
+"""Formats that claim files by their folder (:meth:`Format.owns`)."""
 _BUILTIN_MODULES = (
     "datacheck.formats._tabular",
     "datacheck.formats._tensor",
@@ -126,6 +133,8 @@ _BUILTIN_MODULES = (
     "datacheck.formats._audio",
     "datacheck.formats._tokens",
     "datacheck.formats._tfrecord",
+    "datacheck.formats._mds",
+    "datacheck.formats._hf",
 )
 _loaded = False
 
@@ -133,6 +142,8 @@ _loaded = False
 def register(fmt: Format) -> Format:
     """Register a format (later registrations win on extension clashes)."""
     _REGISTRY[fmt.name] = fmt
+    if type(fmt).owns is not Format.owns:
+        _OWNERS.append(fmt)
     return fmt
 
 
@@ -198,6 +209,9 @@ def _ext_match(path: str) -> Format | None:
 def detect(path: str, head: bytes) -> Format | None:
     """The format of a file: by extension, else by magic bytes; None if unknown."""
     _ensure_loaded()
+    for owner in _OWNERS:
+        if owner.owns(path):
+            return owner
     fmt = _ext_match(path)
     if fmt is not None:
         return fmt

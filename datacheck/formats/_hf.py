@@ -1,0 +1,157 @@
+"""Hugging Face ``datasets`` folders (``save_to_disk``), read without the ``datasets`` package.
+
+A split folder holds ``state.json`` (which names its ``data-*.arrow`` files),
+``dataset_info.json`` and the data as Arrow IPC streams; a ``DatasetDict`` adds
+``dataset_dict.json`` above one folder per split.  Each split is one dataset: its data files are
+read by this format (the JSON files are metadata, not data).  Numeric and list columns are
+checked as in any Arrow file; ``Image`` and ``Audio`` feature columns (``{bytes, path}``
+structs, found in the features the file's own schema metadata stores, else in
+``dataset_info.json``) are decoded: an image or clip that does not decode, or whose ``path``
+does not exist, is ``corrupt`` at its row (column: the feature).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
+from datacheck.formats import Chunk, Format, Opened, WorkUnit, _storage, register
+from datacheck.formats._audio import check_audio
+from datacheck.formats._image import DecodeError, Problem, check_image, read_bytes
+from datacheck.schema._media import ImageRules, media_rules
+
+__all__ = ["HfArrowFormat", "hf_features"]
+
+MAX_META_BYTES = 16 << 20
+_MEDIA = ("Image", "Audio")
+
+
+@functools.lru_cache(maxsize=256)
+def _json(path: str) -> Any:
+    try:
+        if os.path.getsize(path) > MAX_META_BYTES:
+            return None
+        with open(path, "rb") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _data_files(folder: str) -> set[str]:
+    state = _json(os.path.join(folder, "state.json"))
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list):
+        return set()
+    return {f["filename"] for f in files if isinstance(f, dict) and "filename" in f}
+
+
+def is_hf_data(path: str) -> bool:
+    """True for a ``data-*.arrow`` file its folder's ``state.json`` lists."""
+    if _storage.is_url(path) or not path.endswith(".arrow"):
+        return False
+    folder, name = os.path.split(path)
+    return name in _data_files(folder)
+
+
+def is_hf_metadata(path: str) -> bool:
+    """``state.json``/``dataset_info.json`` of a split folder, or a ``dataset_dict.json``."""
+    folder, name = os.path.split(path)
+    if name == "dataset_dict.json":
+        return isinstance(_json(path), dict) and "splits" in _json(path)
+    return name in ("state.json", "dataset_info.json") and bool(_data_files(folder))
+
+
+def hf_features(schema: pa.Schema, folder: str) -> dict[str, str]:
+    """Top-level ``Image``/``Audio`` feature columns: name -> feature type."""
+    features: Any = None
+    meta = (schema.metadata or {}).get(b"huggingface")
+    if meta:
+        try:
+            features = json.loads(meta).get("info", {}).get("features")
+        except (ValueError, AttributeError):
+            features = None
+    if not isinstance(features, dict):
+        info = _json(os.path.join(folder, "dataset_info.json"))
+        features = info.get("features") if isinstance(info, dict) else None
+    if not isinstance(features, dict):
+        return {}
+    return {
+        name: f["_type"]
+        for name, f in features.items()
+        if isinstance(f, dict) and f.get("_type") in _MEDIA and name in schema.names
+    }
+
+
+def _decode(kind: str, data: bytes, rules: ImageRules) -> list[Problem]:
+    return check_image(data, rules) if kind == "Image" else check_audio(data)
+
+
+def _media_findings(
+    path: str, batch: pa.RecordBatch, offset: int, media: dict[str, str], rules: ImageRules
+) -> list[Finding]:
+    folder = os.path.dirname(path)
+    out: list[Finding] = []
+    for name, kind in media.items():
+        column = batch.column(name)
+        if not pa.types.is_struct(column.type):
+            continue
+        fields = {column.type.field(i).name: column.field(i) for i in range(column.type.num_fields)}
+        blobs, paths = fields.get("bytes"), fields.get("path")
+        for i in range(len(column)):
+            data = blobs[i].as_py() if blobs is not None else None
+            where = paths[i].as_py() if paths is not None else None
+            row = offset + i
+            try:
+                if data is None and where:
+                    full = where if os.path.isabs(where) else os.path.join(folder, where)
+                    if not os.path.isfile(full):
+                        raise DecodeError(f"{kind.lower()} file {where!r} not found")
+                    data = read_bytes(full)
+                if data is None:
+                    continue  # a null value: the null checks see the column
+                problems = _decode(kind, data, rules)
+            except DecodeError as exc:
+                out.append(Finding(path, "corrupt", Severity.ERROR, str(exc), name, row))
+                continue
+            out += [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
+    return out
+
+
+def _chunks(
+    reader: pa.ipc.RecordBatchStreamReader, path: str, media: dict[str, str], rules: ImageRules
+) -> Iterator[Chunk]:
+    offset = 0
+    for batch in reader:
+        found = _media_findings(path, batch, offset, media, rules)
+        rest = batch.drop_columns(list(media)) if media else batch
+        yield Chunk(row_offset=offset, batch=rest, findings=found)
+        offset += batch.num_rows
+
+
+class HfArrowFormat(Format):
+    """A ``data-*.arrow`` stream of a ``save_to_disk`` split, media columns decoded."""
+
+    name = "hf"
+    tabular = True
+
+    def owns(self, path: str) -> bool:
+        return is_hf_data(path)
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        reader = pa.ipc.open_stream(pa.memory_map(unit.path))
+        schema = reader.schema
+        media = hf_features(schema, os.path.dirname(unit.path))
+        columns = {f.name: media.get(f.name) or str(f.type) for f in schema}
+        rules = media_rules(options).images
+        chunks = _chunks(reader, unit.path, media, rules)
+        return Opened(columns, chunks, arrow_schema=schema)
+
+
+register(HfArrowFormat())

@@ -1,0 +1,178 @@
+"""MosaicML Streaming (MDS) shards: ``shard.NNNNN.mds`` beside their ``index.json``.
+
+Read without the ``streaming`` package.  A shard is ``uint32 num_samples``, ``uint32
+offsets[num_samples + 1]`` (byte offsets of each sample in the file), then the samples; each
+sample starts with a ``uint32`` size per variable-size column, then the columns in the order
+the index names them.  Checked: the index's byte count and hashes of the shard (``sha1``,
+``sha256``, ``md5``, ... where present), the sample count, offsets that rise and end at the end
+of the file, and every sample's column sizes (any of these wrong -> ``corrupt``).  Decoded:
+float scalars and fixed-shape ``ndarray:<dtype>:<shape>`` columns (NaN/Inf at the sample's
+row), ``jpeg``/``png`` columns (fully decoded; one that does not decode is ``corrupt`` at the
+sample's row).  ``pkl`` columns are never unpickled.  Compressed shards (``.mds.zstd``) are not
+read (listed as unknown).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
+from datacheck.formats import Format, Opened, WorkUnit, register
+from datacheck.formats._image import DecodeError, check_image
+from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
+from datacheck.schema._media import ImageRules, media_rules
+
+__all__ = ["MdsFormat", "mds_index_entry"]
+
+MAX_INDEX_BYTES = 64 << 20
+SAMPLES_PER_CHUNK = 1024
+_SCALARS = {
+    "int": "<i8",
+    **{n: np.dtype(n).newbyteorder("<").str for n in ("int8", "int16", "int32", "int64")},
+    **{n: np.dtype(n).newbyteorder("<").str for n in ("uint8", "uint16", "uint32", "uint64")},
+    **{n: np.dtype(n).newbyteorder("<").str for n in ("float16", "float32", "float64")},
+}
+_IMAGES = ("jpeg", "png")
+
+
+def mds_index_entry(shard_path: str) -> dict[str, Any] | None:
+    """The ``index.json`` entry of a shard (None when there is no index or no entry)."""
+    index = os.path.join(os.path.dirname(shard_path), "index.json")
+    if not os.path.isfile(index) or os.path.getsize(index) > MAX_INDEX_BYTES:
+        return None
+    try:
+        with open(index, "rb") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    name = os.path.basename(shard_path)
+    for shard in doc.get("shards", []) if isinstance(doc, dict) else []:
+        raw = shard.get("raw_data") if isinstance(shard, dict) else None
+        if isinstance(raw, dict) and raw.get("basename") == name:
+            return shard
+    return None
+
+
+def _check_hashes(mf: MappedFile, raw: Mapping[str, Any]) -> None:
+    if isinstance(raw.get("bytes"), int) and raw["bytes"] != mf.size:
+        raise TensorFileError(f"index.json says {raw['bytes']} bytes, the shard holds {mf.size}")
+    for algo, want in (raw.get("hashes") or {}).items():
+        if algo not in hashlib.algorithms_available or not isinstance(want, str):
+            continue  # xxh* and other non-hashlib hashes: not checked
+        got = hashlib.new(algo, mf.mm or b"").hexdigest()
+        if got != want:
+            raise TensorFileError(f"{algo} of the shard is {got}, index.json says {want}")
+
+
+def _offsets(mf: MappedFile, expected: Any) -> np.ndarray:
+    if mf.size < 4:
+        raise TensorFileError(f"truncated: {mf.size} bytes, no sample count")
+    n = int(mf.array(0, np.dtype("<u4"), (1,))[0])
+    if isinstance(expected, int) and n != expected:
+        raise TensorFileError(f"the shard holds {n} samples, index.json says {expected}")
+    offsets = mf.array(4, np.dtype("<u4"), (n + 1,)).astype(np.int64)  # bounds-checked
+    start = 4 + 4 * (n + 1)
+    if offsets[0] != start or offsets[-1] != mf.size or np.any(np.diff(offsets) < 0):
+        raise TensorFileError(
+            f"sample offsets run {int(offsets[0])}..{int(offsets[-1])}, expected {start}.."
+            f"{mf.size} rising: the offset table is damaged"
+        )
+    return offsets
+
+
+class _Columns:
+    """The column layout of the index entry: names, encodings, fixed sizes (None: variable)."""
+
+    def __init__(self, entry: Mapping[str, Any]) -> None:
+        self.names = list(entry.get("column_names") or [])
+        self.encodings = list(entry.get("column_encodings") or [])
+        self.sizes = list(entry.get("column_sizes") or [])
+        if not len(self.names) == len(self.encodings) == len(self.sizes):
+            raise TensorFileError("index.json: column names, encodings and sizes differ in length")
+        self.n_var = sum(s is None for s in self.sizes)
+
+    def split(self, sample: bytes) -> list[bytes]:
+        """A sample's column values; ValueError when its sizes do not add up."""
+        if len(sample) < 4 * self.n_var:
+            raise ValueError(f"{len(sample)} bytes, shorter than its size header")
+        var = iter(np.frombuffer(sample, "<u4", self.n_var).tolist())
+        pos, out = 4 * self.n_var, []
+        for size in self.sizes:
+            n = next(var) if size is None else int(size)
+            out.append(sample[pos : pos + n])
+            pos += n
+        if pos != len(sample):
+            raise ValueError(f"column sizes add up to {pos} bytes, the sample has {len(sample)}")
+        return out
+
+
+def _value_findings(
+    path: str, row: int, name: str, enc: str, data: bytes, rules: ImageRules
+) -> list[Finding]:
+    if enc in _IMAGES:
+        try:
+            problems = check_image(data, rules)
+        except DecodeError as exc:
+            return [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
+        return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
+    dtype = _SCALARS.get(enc)
+    if dtype is None and enc.startswith("ndarray:") and enc.count(":") == 2:
+        dtype = np.dtype(enc.split(":")[1]).newbyteorder("<").str
+    if dtype is None or dtype[1] != "f" or len(data) % np.dtype(dtype).itemsize:
+        return []
+    arr = np.frombuffer(data, dtype)
+    out = []
+    for check, bad in (("nan", np.isnan(arr)), ("inf", np.isinf(arr))):
+        if n := int(bad.sum()):
+            out.append(Finding(path, check, Severity.ERROR, str(arr[bad][0]), name, row, n))
+    return out
+
+
+def _samples(
+    mf: MappedFile, offsets: np.ndarray, cols: _Columns | None, path: str, rules: ImageRules
+) -> Iterator[SampleChunk]:
+    n = len(offsets) - 1
+    for lo in range(0, max(n, 1), SAMPLES_PER_CHUNK):
+        hi = min(n, lo + SAMPLES_PER_CHUNK)
+        found: list[Finding] = []
+        if cols is None:  # no index.json: the offsets are all there is to check
+            yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo)
+            continue
+        for row in range(lo, hi):
+            sample = mf.bytes(int(offsets[row]), int(offsets[row + 1] - offsets[row]))
+            try:
+                values = cols.split(sample)
+            except ValueError as exc:
+                found.append(Finding(path, "corrupt", Severity.ERROR, str(exc), None, row))
+                continue
+            for name, enc, data in zip(cols.names, cols.encodings, values, strict=True):
+                found += _value_findings(path, row, name, str(enc), data, rules)
+        yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
+
+
+class MdsFormat(Format):
+    name = "mds"
+    extensions = (".mds",)
+    tabular = False
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        entry = mds_index_entry(unit.path)
+        mf = MappedFile(unit.path)
+        if entry is not None:
+            _check_hashes(mf, entry.get("raw_data") or {})
+        offsets = _offsets(mf, (entry or {}).get("samples"))
+        cols = _Columns(entry) if entry is not None else None
+        columns = dict(zip(cols.names, map(str, cols.encodings), strict=True)) if cols else {}
+        rules = media_rules(options).images
+        chunks = _samples(mf, offsets, cols, unit.path, rules)
+        return Opened(columns, chunks, expected_rows=len(offsets) - 1)
+
+
+register(MdsFormat())

@@ -1,0 +1,172 @@
+"""Dataset folders: Hugging Face save_to_disk splits and MosaicML MDS shards."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+import datacheck
+
+
+def jpeg(seed: int = 0) -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def scan(path: Path) -> datacheck.Report:
+    return datacheck.scan(str(path), executor="inprocess", workers=1)
+
+
+def sites(report: datacheck.Report) -> set[tuple[str, int, str, str]]:
+    f = report.findings
+    return {
+        (Path(r.path).name, int(r.row), r.column, r.check) for r in f[f["row"].notna()].itertuples()
+    }
+
+
+# --- Hugging Face save_to_disk ------------------------------------------------------------
+
+FEATURES = {
+    "image": {"_type": "Image"},
+    "label": {"dtype": "int64", "_type": "Value"},
+    "x": {"dtype": "float32", "_type": "Value"},
+}
+
+
+def write_hf_split(folder: Path, n: int = 10, files: int = 2) -> Path:
+    """A split as ``Dataset.save_to_disk`` writes it: Arrow streams + state/info JSON."""
+    folder.mkdir(parents=True)
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    meta = {b"huggingface": json.dumps({"info": {"features": FEATURES}}).encode()}
+    schema = pa.schema(
+        [("image", image_type), ("label", pa.int64()), ("x", pa.float32())], metadata=meta
+    )
+    names = []
+    for k in range(files):
+        good = jpeg(k)
+        images = [{"bytes": good, "path": None} for _ in range(n)]
+        x = np.linspace(0, 1, n, dtype=np.float32)
+        if k == 1:
+            images[3] = {"bytes": good[: len(good) // 2], "path": None}  # truncated JPEG
+            images[5] = {"bytes": None, "path": "missing.jpg"}
+            x[7] = np.nan
+        table = pa.table(
+            [pa.array(images, image_type), pa.array(range(n)), pa.array(x)], schema=schema
+        )
+        name = f"data-{k:05d}-of-{files:05d}.arrow"
+        with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+            w.write_table(table, max_chunksize=4)
+        names.append(name)
+    state = {"_data_files": [{"filename": n} for n in names], "_split": folder.name}
+    (folder / "state.json").write_text(json.dumps(state, indent=2))
+    (folder / "dataset_info.json").write_text(json.dumps({"features": FEATURES}, indent=2))
+    return folder
+
+
+def test_hf_dataset_dict_with_a_broken_image(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    write_hf_split(root / "train")
+    write_hf_split(root / "test", files=1)
+    (root / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    report = scan(root)
+    files = {
+        Path(f["path"]).parent.name + "/" + Path(f["path"]).name: f for f in report.data["files"]
+    }
+    assert sorted(files) == [
+        "test/data-00000-of-00001.arrow",
+        "train/data-00000-of-00002.arrow",
+        "train/data-00001-of-00002.arrow",
+    ]
+    assert all(f["format"] == "hf" for f in files.values())
+    assert files["train/data-00000-of-00002.arrow"]["columns"]["image"] == "Image"
+    ignored = {Path(p).name for p in report.data["ignored"]}
+    assert ignored == {"state.json", "dataset_info.json", "dataset_dict.json"}  # metadata
+    assert sites(report) == {
+        ("data-00001-of-00002.arrow", 3, "image", "corrupt"),
+        ("data-00001-of-00002.arrow", 5, "image", "corrupt"),
+        ("data-00001-of-00002.arrow", 7, "x", "nan"),
+    }
+    f = report.findings
+    assert "not found" in f[f["row"] == 5]["value"].iloc[0]
+
+
+# --- MosaicML Streaming (MDS) ---------------------------------------------------------------
+
+
+def write_mds(folder: Path, n: int = 20) -> Path:
+    """One shard + index.json laid out as streaming's MDSWriter writes them."""
+    folder.mkdir(parents=True)
+    names = ["image", "label", "score"]  # MDSWriter sorts column names
+    encodings = ["jpeg", "int", "float32"]
+    sizes = [None, 8, 4]
+    samples = []
+    for i in range(n):
+        img = jpeg(i % 3)
+        score = np.float32(np.nan if i == 11 else i / 2)
+        head = np.array([len(img)], np.uint32).tobytes()
+        samples.append(head + img + np.int64(i).tobytes() + score.tobytes())
+    offsets = np.array([0, *map(len, samples)]).cumsum().astype(np.uint32)
+    offsets += 4 + 4 * (n + 1)
+    data = np.uint32(n).tobytes() + offsets.tobytes() + b"".join(samples)
+    (folder / "shard.00000.mds").write_bytes(data)
+    raw = {"basename": "shard.00000.mds", "bytes": len(data), "hashes": {}}
+    shard = {
+        "column_encodings": encodings,
+        "column_names": names,
+        "column_sizes": sizes,
+        "compression": None,
+        "format": "mds",
+        "hashes": ["sha1"],
+        "raw_data": raw,
+        "samples": n,
+        "size_limit": 1 << 26,
+        "version": 2,
+        "zip_data": None,
+    }
+    raw["hashes"] = {"sha1": hashlib.sha1(data).hexdigest()}
+    (folder / "index.json").write_text(json.dumps({"shards": [shard], "version": 2}))
+    return folder
+
+
+def test_mds_shard_checked(tmp_path: Path) -> None:
+    report = scan(write_mds(tmp_path / "mds"))
+    (entry,) = report.data["files"]
+    assert entry["format"] == "mds" and entry["rows"] == 20
+    assert entry["columns"] == {"image": "jpeg", "label": "int", "score": "float32"}
+    assert sites(report) == {("shard.00000.mds", 11, "score", "nan")}
+
+
+@pytest.mark.parametrize("where", ["sample", "offsets"])
+def test_mds_flipped_byte_is_corrupt(where: str, tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds")
+    shard = folder / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    data[4 + 4 * 21 + 300 if where == "sample" else 9] ^= 0x10
+    shard.write_bytes(bytes(data))
+    entry = scan(folder).data["files"][0]
+    assert entry["status"] == "corrupt" and "sha1" in entry["error"]
+
+
+def test_mds_without_hashes_finds_the_broken_sample(tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds")
+    index = json.loads((folder / "index.json").read_text())
+    index["shards"][0]["raw_data"]["hashes"] = {}
+    (folder / "index.json").write_text(json.dumps(index))
+    shard = folder / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    offsets = np.frombuffer(bytes(data[4 : 4 + 4 * 21]), "<u4")
+    data[int(offsets[6]) : int(offsets[6]) + 4] = np.uint32(10).tobytes()  # sample 6's size
+    shard.write_bytes(bytes(data))
+    report = scan(folder)
+    assert ("shard.00000.mds", 6, None, "corrupt") in {
+        (a, b, c if isinstance(c, str) else None, d) for a, b, c, d in sites(report)
+    }
