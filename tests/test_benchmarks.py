@@ -39,3 +39,41 @@ def test_scan_benchmark_smoke_run_writes_results_and_a_table(tmp_path: Path) -> 
         env=env,
     )
     assert r.returncode == 0 and "| datacheck |" in r.stdout, r.stderr
+
+
+def _gpu_check(tmp_path: Path, *args: str, hide_gpus: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    if hide_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return subprocess.run(
+        [sys.executable, str(BENCH / "gpu_check.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+    )
+
+
+def test_gpu_check_without_a_gpu_says_so_and_exits_0(tmp_path: Path) -> None:
+    r = _gpu_check(tmp_path, hide_gpus=True)
+    assert r.returncode == 0, r.stderr
+    assert (
+        r.stdout.strip()
+        == "gpu_check: no CUDA device here; nothing measured. Run it on a machine with a GPU."
+    )
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_steps_run_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+    r = _gpu_check(tmp_path, "--device", "cpu", "--quick", hide_gpus=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((tmp_path / "results" / "gpu-check-cpu.json").read_text())
+    rows = {row[0]: row[1:] for row in doc["table"]["rows"]}
+    assert rows["CUDA tests (pytest -m gpu)"][1] == "ok"
+    assert isinstance(rows["loader check, ms per batch"][0], float)
+    assert isinstance(rows["loader guarded/bare (stored)"][0], float)
+    assert isinstance(rows["guard overhead %"][0], float)
+    assert rows["loader host syncs per batch (eager)"] == ["n/a", "not counted on CPU"]
+    assert "| CUDA tests (pytest -m gpu) |" in r.stdout
