@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -140,13 +141,75 @@ def _output_dir(out: str | Path) -> Path:
     return out_dir
 
 
+class ProgressBar:
+    """A tqdm bar on stderr over the bytes scanned, with files done / total beside it."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=0, unit="B", unit_scale=True, desc="scanning", file=sys.stderr, leave=False
+        )
+        self._parts: dict[str, int] = {}
+        self._files_done = 0
+        self._files = 0
+
+    def start(self, units: Sequence[Any]) -> None:
+        """Called by ``scan`` with the planned work units, before any runs."""
+        self.bar.total = sum(u.size // max(u.n_parts, 1) for u in units)
+        self._files = len({u.path for u in units})
+        self.bar.refresh()
+
+    def __call__(self, result: Any, done: int, total: int) -> None:
+        seen = self._parts[result.path] = self._parts.get(result.path, 0) + 1
+        if seen == result.n_parts:
+            self._files_done += 1
+        self.bar.update(result.bytes)
+        self.bar.set_postfix_str(f"files {self._files_done}/{self._files}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+Progress = Callable[[UnitResult, int, int], None]
+
+
+def _progress(progress: bool | Progress | None) -> tuple[Progress | None, Callable[[], None]]:
+    """(callback, close): ``True`` draws a bar on stderr, ``False``/``None`` nothing."""
+    if progress is True:
+        bar = ProgressBar()
+        return bar, bar.close
+    if progress is None or progress is False:
+        return None, lambda: None
+    if not callable(progress):
+        raise UsageError(
+            f"progress={progress!r}: pass True (a bar on stderr), False, or a callable "
+            "progress(result, done_units, total_units)"
+        )
+    return progress, lambda: None
+
+
+def _local(path: str) -> str:
+    """An absolute path for a local file; URLs stay as they are."""
+    from datacheck.formats import _storage
+
+    return path if _storage.is_url(path) else os.path.abspath(path)
+
+
+def _schema_setting(schema: Any, compiled: CompiledSchema | None) -> str | None:
+    """What report.json records as the schema: an absolute path for a file, else its source."""
+    if isinstance(schema, (str, Path)) and os.path.isfile(schema):
+        return os.path.abspath(schema)
+    return compiled.source if compiled else None
+
+
 def scan(
     paths: str | Sequence[str],
     schema: Any = None,
     *,
     out: str | Path | None = None,
     config: ScanConfig | None = None,
-    progress: Callable[[UnitResult, int, int], None] | None = None,
+    progress: bool | Progress | None = None,
     **overrides: Any,
 ) -> Report:
     """Scan files for NaN/Inf, extreme values, nulls, schema violations and corrupt files.
@@ -157,11 +220,13 @@ def scan(
         out: output folder for ``report.json`` and ``quarantine.parquet`` (default: a
             temporary folder that lives as long as the returned report).
         config: scan settings; keyword overrides (``fail_on=``, ``workers=``, ...) build one.
-        progress: called as ``progress(result, done_units, total_units)`` after each unit; if
-            it has a ``start(units)`` method, that is called first with the planned units.
+        progress: ``True`` for a progress bar on stderr, ``False``/``None`` for none, or a
+            callable ``progress(result, done_units, total_units)`` run after each unit (if it
+            has a ``start(units)`` method, that is called first with the planned units).
 
     Returns:
-        The :class:`~datacheck.Report`.
+        The :class:`~datacheck.Report`.  ``report.json`` records absolute paths (or URLs),
+        so the report reads back from any working directory.
 
     Raises:
         InputError, SchemaError, UsageError: for bad inputs or settings (never for bad data).
@@ -171,7 +236,11 @@ def scan(
     inputs = [paths] if isinstance(paths, (str, Path)) else list(paths)
     inputs = [str(p) for p in inputs]
     compiled = load_schema(schema)
-    files, ignored = discover(inputs)
+    found, skipped = discover(inputs)  # messages name the inputs as typed; then absolute paths
+    files = [(_local(f), _local(root)) for f, root in found]
+    ignored = [_local(f) for f in skipped]
+    inputs = [_local(p) for p in inputs]
+    schema_setting = _schema_setting(schema, compiled)
     # uniqueness and whole-column checks need each file in one unit
     units = plan_units(
         files, 1 << 62 if compiled is not None and compiled.whole_file else config.unit_bytes
@@ -184,14 +253,14 @@ def scan(
     parts = out_dir / "parts"
     fingerprint = {
         "inputs": inputs,
-        "schema": compiled.source if compiled else None,
+        "schema": schema_setting,
         "unit_bytes": config.unit_bytes,
     }
     journal = Journal(out_dir, parts, fingerprint, resume=config.resume)
     results, todo = journal.split(units)
-    worker_schema = schema if isinstance(schema, (str, Path)) and schema else compiled
-    if isinstance(worker_schema, Path):
-        worker_schema = str(worker_schema)
+    worker_schema: Any = compiled
+    if isinstance(schema, (str, Path)) and schema:  # workers load it once each (by path)
+        worker_schema = schema_setting if os.path.isfile(schema) else str(schema)
     if compiled is not None and not compiled.needs_pandera:
         worker_schema = compiled  # plain rules: workers need not import pandera (~1 s each)
     profiling = config.profile or needs_profile(compiled)
@@ -204,6 +273,7 @@ def scan(
     )
     start = time.perf_counter()
     workers = config.workers or default_workers()
+    progress, close_progress = _progress(progress)
     if progress is not None and hasattr(progress, "start"):
         progress.start(units)
     preload = format_modules({u.format for u in todo})
@@ -228,8 +298,12 @@ def scan(
     finally:
         getattr(running, "close", lambda: None)()
         journal.close()
+        close_progress()
     entries = file_entries(results)
-    extra = shard_dtype_findings(entries, dict(files))
+    roots = dict(files)
+    for e in entries:
+        e["root"] = roots.get(e["path"])  # the input folder (or URL prefix) it was found under
+    extra = shard_dtype_findings(entries, roots)
     if profiling:
         corrupt = {e["path"] for e in entries if e["status"] == "corrupt"}
         extra += profile_findings(out_dir, results, compiled, dict(files), corrupt, config.profile)
@@ -239,7 +313,8 @@ def scan(
     hidden = ("executor_options", "client", "resume")
     settings = {
         "inputs": inputs,
-        "schema": compiled.source if compiled else None,
+        "out": str(out_dir.resolve()),
+        "schema": schema_setting,
         **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
         "workers": workers,
     }

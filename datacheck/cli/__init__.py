@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from datacheck.cli._base import ExitCode, Parser
+from datacheck.cli._base import ExitCode, Parser, exit_codes_epilog, unrecognized
 from datacheck.errors import DatacheckError
 
 _SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -29,6 +29,15 @@ _SUBCOMMAND_MODULES: tuple[str, ...] = (
     "datacheck.cli._report",
 )
 """One module per subcommand, each exposing ``add_parser(subparsers)``."""
+
+_EXIT_1: dict[str, str | None] = {
+    "scan": "findings at or above --fail-on (beyond any --max-bad-fraction tolerance)",
+    "report": "the scan it shows failed (its findings at or above the scan's --fail-on)",
+    "logs": "the log shows a loss spike or NaN",
+    "infer": None,
+    "demo": None,
+}
+"""What exit code 1 means for each subcommand (None: never exits 1), shown in ``--help``."""
 
 __all__ = ["ExitCode", "build_parser", "console_main", "main"]
 
@@ -46,13 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="datacheck",
-        description=("Keep bad data and numerical blow-ups from killing long training runs."),
+        description="Keep bad data and numerical blow-ups from killing long training runs.",
     )
     parser.add_argument("--version", action="version", version=f"datacheck {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in _SUBCOMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
+    for command, subparser in sub.choices.items():
+        subparser.epilog = exit_codes_epilog(_EXIT_1.get(command, "findings"))
+    parser.epilog = "\n\n".join(
+        ["'datacheck COMMAND --help' shows each command's options.", exit_codes_epilog()]
+    )
     return parser
 
 
@@ -64,10 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     previous = _install_sigterm()
     try:
+        parser = build_parser()
         try:
-            args = build_parser().parse_args(argv)
+            args, extras = parser.parse_known_args(argv)
         except SystemExit as exc:  # --help / --version
             return int(exc.code or 0)
+        if extras:
+            raise unrecognized(_subparser(parser, args.command), extras)
         return int(args.func(args))
     except DatacheckError as exc:
         print(f"datacheck: error: {exc}", file=sys.stderr)
@@ -86,6 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
 
 
 def _one_line(exc: BaseException) -> str:

@@ -15,8 +15,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "report",
         help="summarise a scan's output folder, or write report.html",
-        description="Print the summary of a finished scan (its --out folder); "
-        "with --html, also write a self-contained report.html.",
+        description="Print the summary of a finished scan (its --out folder) and exit with "
+        "the scan's exit code; with --html, also write a self-contained report.html.",
     )
     p.add_argument("dir", help="the scan's --out folder (holds report.json)")
     p.add_argument("--html", action="store_true", help="write report.html (no network assets)")
@@ -43,4 +43,4 @@ def _run_report(args: argparse.Namespace) -> int:
                 "pass a path in a writable folder"
             ) from exc
         print(f"html:       {dest}")
-    return 0
+    return report.exit_code()

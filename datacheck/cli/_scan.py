@@ -5,12 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
 
+from datacheck.cli._base import positive_int
 from datacheck.execute import EXECUTOR_NAMES
 
 __all__ = ["add_parser"]
+
+_DESCRIPTION = (
+    "Scan datasets for NaN, Inf, fp16-overflowing values, nulls, out-of-range values, schema "
+    "violations, drift and corrupt files, and write report.json + quarantine.parquet.\n\n"
+    "formats read (by extension or magic bytes; compressed CSV/JSON Lines too):\n{formats}"
+)
+
+
+def _description() -> str:
+    """The description with every format the registry reads (built when help is shown)."""
+    import datacheck.engine  # noqa: F401  (registers the readers)
+    from datacheck.formats import formats
+
+    lines = [
+        f"  {name:<12} {' '.join(getattr(fmt, 'extensions', ()))}"
+        for name, fmt in formats().items()
+        if name != "unknown"
+    ]
+    return _DESCRIPTION.format(formats="\n".join(lines))
 
 
 def add_parser(sub: Any) -> None:
@@ -18,10 +37,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "scan",
         help="scan datasets before training",
-        description=(
-            "Scan Parquet, CSV, Arrow/Feather and JSON Lines files for NaN, Inf, fp16-overflowing "
-            "values, nulls, schema violations and corrupt files."
-        ),
+        description=_DESCRIPTION.format(formats="(every registered format)"),
+        late_description=_description,
     )
     p.add_argument("paths", nargs="+", help="files, directories (recursive) or globs")
     p.add_argument("--schema", help="pandera schema: a YAML file or module:attr")
@@ -32,7 +49,7 @@ def add_parser(sub: Any) -> None:
         default="error",
         help="exit 1 on findings at or above this severity (default: %(default)s)",
     )
-    p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
+    p.add_argument("--workers", type=positive_int, help="parallel workers (default: one per core)")
     p.add_argument(
         "--executor",
         default="auto",
@@ -66,7 +83,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--unit-mb",
-        type=int,
+        type=positive_int,
         default=512,
         help="split files larger than this into row-group ranges (default: %(default)s)",
     )
@@ -96,42 +113,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_run_scan)
 
 
-class _ProgressBar:
-    """A tqdm bar on stderr over the bytes scanned, with files done / total beside it."""
-
-    def __init__(self) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(
-            total=0, unit="B", unit_scale=True, desc="scanning", file=sys.stderr, leave=False
-        )
-        self._parts: dict[str, int] = {}
-        self._files_done = 0
-        self._files = 0
-
-    def start(self, units: Sequence[Any]) -> None:
-        """Called by ``scan`` with the planned work units, before any runs."""
-        self.bar.total = sum(u.size // max(u.n_parts, 1) for u in units)
-        self._files = len({u.path for u in units})
-        self.bar.refresh()
-
-    def __call__(self, result: Any, done: int, total: int) -> None:
-        seen = self._parts[result.path] = self._parts.get(result.path, 0) + 1
-        if seen == result.n_parts:
-            self._files_done += 1
-        self.bar.update(result.bytes)
-        self.bar.set_postfix_str(f"files {self._files_done}/{self._files}")
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(enabled: bool | None) -> _ProgressBar | None:
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    return _ProgressBar() if enabled else None
-
-
 def _run_scan(args: argparse.Namespace) -> int:
     from datacheck._scan import ScanConfig, scan
     from datacheck.report._text import render_text
@@ -147,12 +128,8 @@ def _run_scan(args: argparse.Namespace) -> int:
         resume=args.resume,
         profile=args.profile,
     )
-    progress = _progress_bar(args.progress)
-    try:
-        report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)
-    finally:
-        if progress is not None:
-            progress.close()
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)
     if args.html:
         report.write_html()
     if args.output_format == "json":

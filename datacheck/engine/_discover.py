@@ -120,6 +120,8 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
                 seen.setdefault(url, root)
             continue
         matches = sorted(glob.glob(item, recursive=True)) if glob.has_magic(item) else [item]
+        if not matches:
+            raise InputError(f"glob {item!r} matches no file or directory; check the pattern")
         if not matches or not all(os.path.exists(m) for m in matches):
             raise InputError(f"input {item!r}: no such file or directory; check the path")
         for match in matches:

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 from datacheck.report._data import MANIFEST, ReportData
+
+
+def display_path(path: str) -> str:
+    """A report path (absolute) as a person reads it: relative to the working directory when
+    it lies under it, else as recorded."""
+    if not os.path.isabs(path):
+        return path
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel.startswith("..") else rel
 
 
 def format_size(n: float) -> str:
@@ -13,12 +27,18 @@ def format_size(n: float) -> str:
     return str(n)  # pragma: no cover
 
 
+def plural(n: int, word: str) -> str:
+    """``1 file``, ``2 files``, ``1,000 rows``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
 def render_text(report: ReportData) -> str:
     s = report.summary
     st = s["status"]
     lines = [
-        f"scanned {s['files']} files ({st['ok']} ok, {st['flagged']} flagged, "
-        f"{st['corrupt']} corrupt), {s['rows']:,} rows, {format_size(s['bytes'])} in {s['seconds']:.2f} s",
+        f"scanned {plural(s['files'], 'file')} ({st['ok']} ok, {st['flagged']} flagged, "
+        f"{st['corrupt']} corrupt), {plural(s['rows'], 'row')}, {format_size(s['bytes'])} "
+        f"in {s['seconds']:.2f} s",
     ]
     if s["sites"]:
         lines.append("")
@@ -33,7 +53,7 @@ def render_text(report: ReportData) -> str:
         lines.append("")
         lines.append(f"corrupt files ({len(corrupt)}):")
         for f in corrupt[:10]:
-            lines.append(f"  {f['path']}: {f['error']}")
+            lines.append(f"  {display_path(f['path'])}: {f['error']}")
         if len(corrupt) > 10:
             lines.append(f"  ... and {len(corrupt) - 10} more (see report.json)")
     lines.append("")

@@ -77,7 +77,9 @@ def test_json_summary_on_stdout(demo_dir: Path, tmp_path: Path) -> None:
         (["scan", "/no/such/path"], "no such file or directory"),
         (["scan", "."], None),  # replaced below with a schema error
         (["scan", ".", "--fail-on", "sometimes"], "invalid choice"),
-        (["scan", ".", "--workers", "0"], "workers must be >= 1"),
+        (["scan", ".", "--workers", "0"], "argument --workers: must be >= 1, got 0"),
+        (["scan", ".", "--unit-mb", "0"], "argument --unit-mb: must be >= 1, got 0"),
+        (["scan", "nothing/*.parquet"], "glob 'nothing/*.parquet' matches no file"),
         (["scan"], "required"),
         (
             ["scan", "data.csv", "--out", "/proc/datacheck-cannot-write-here"],
@@ -142,3 +144,73 @@ def test_a_bug_inside_datacheck_is_exit_3_with_one_line_naming_the_traceback_log
     log = Path(lines[0].rsplit(" ", 1)[-1])
     assert log.parent == tmp_path and "planted bug" in log.read_text()
     assert "Traceback" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["scan", "--shema", "s.yaml", "d"],
+            "unrecognized argument '--shema' (did you mean '--schema'?) "
+            "(see 'datacheck scan --help')",
+        ),
+        (
+            ["scna", "d"],
+            "command: invalid choice 'scna' (did you mean 'scan'?); "
+            "choose from scan, demo, infer, logs, report (see 'datacheck --help')",
+        ),
+        (
+            ["scan", "d", "--fail-on", "eror"],
+            "argument --fail-on: invalid choice 'eror' (did you mean 'error'?); "
+            "choose from error, warning, never (see 'datacheck scan --help')",
+        ),
+        (["report", "d", "--hmtl"], "unrecognized argument '--hmtl' (did you mean '--html'?)"),
+    ],
+)
+def test_argparse_errors_have_one_prefix_and_suggest_the_closest(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"datacheck: error: {message}"), err
+    assert err.count("datacheck: error") == 1 and len(err.strip().splitlines()) == 1
+
+
+def test_every_help_has_a_description_and_the_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from datacheck.cli import build_parser
+    from datacheck.formats import formats
+
+    commands = ["scan", "demo", "infer", "logs", "report"]
+    for command in commands:
+        parser = build_parser()
+        (sub,) = [a for a in parser._actions if a.dest == "command"]
+        assert sub.choices[command].description, command
+        assert main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "exit codes:" in out and "  3    internal error" in out, command
+        assert "  2    usage or input error" in out
+    assert main(["scan", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "  1    findings at or above --fail-on" in out
+    for name in formats():
+        if name != "unknown":
+            assert f"\n  {name} " in out, name
+
+
+def test_report_exits_like_the_scan_it_shows(demo_dir: Path, tmp_path: Path) -> None:
+    failed = run("scan", str(demo_dir), "--out", str(tmp_path / "fail"))
+    assert failed.returncode == 1
+    passed = run("scan", str(demo_dir), "--out", str(tmp_path / "pass"), "--fail-on", "never")
+    assert passed.returncode == 0
+    for name, code in (("fail", 1), ("pass", 0)):
+        r = run("report", str(tmp_path / name))
+        assert r.returncode == code, r.stderr
+        assert f"exit {code}" in r.stdout
+
+
+def test_one_file_is_one_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.csv").write_text("x\n1.0\n")
+    assert main(["scan", str(tmp_path / "a.csv"), "--out", str(tmp_path / "o")]) == 0
+    assert "scanned 1 file (1 ok, 0 flagged, 0 corrupt), 1 row," in capsys.readouterr().out

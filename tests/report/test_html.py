@@ -151,7 +151,7 @@ def test_cli_scan_html_and_report_subcommand(demo_dir: Path, tmp_path: Path) -> 
     dest = tmp_path / "page.html"
     cmd = [sys.executable, "-m", "datacheck", "report", str(out), "--html-out", str(dest)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # exits like the scan it shows
     assert "scanned 5 files (1 ok, 3 flagged, 1 corrupt)" in proc.stdout
     assert f"html:       {dest}" in proc.stdout and dest.exists()
     proc = subprocess.run(
