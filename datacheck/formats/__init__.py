@@ -5,6 +5,10 @@ work units (a whole file, or a range of Parquet row groups), and how to stream a
 :class:`Chunk` objects, each a bounded slice of rows (an Arrow record batch, or a dict of
 tensors whose first axis is the sample index).  The scan engine never sees a file handle.
 
+A format owns its I/O both ways: besides the scan's :meth:`Format.open`, exploration reads rows
+back through :meth:`Format.tables` and ``clean_copy`` writes a file without its flagged rows
+through :meth:`Format.write_without`.  Nothing outside this package branches on format names.
+
 To add a format: subclass :class:`Format`, and call :func:`register` at import time of a module
 listed in ``_BUILTIN_MODULES`` (imported lazily, so heavy readers cost nothing until used).
 """
@@ -12,9 +16,10 @@ listed in ``_BUILTIN_MODULES`` (imported lazily, so heavy readers cost nothing u
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator, Mapping
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,6 +38,8 @@ __all__ = [
     "get_format",
     "register",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,71 @@ class Format:
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         """Open a unit for reading.  Any exception becomes a ``corrupt`` finding."""
         raise NotImplementedError
+
+    # -- reading rows back and writing them (exploration, clean_copy) --------------------------
+
+    def exact(self, fn: Callable[[Mapping[str, Any]], T], options: Mapping[str, Any]) -> T:
+        """Run ``fn(options)`` so that values come back as the file holds them.
+
+        Text formats override this to read integer columns as integers first (exact) and fall
+        back to float64 when the file holds a ``nan`` or ``1.5`` there.
+        """
+        return fn(options)
+
+    def restore(self, table: pa.Table, options: Mapping[str, Any]) -> pa.Table:
+        """Values of a table read under :meth:`exact`'s fallback, as the file holds them."""
+        return table
+
+    def tables(
+        self,
+        path: str,
+        options: Mapping[str, Any],
+        *,
+        rows: np.ndarray | None = None,
+        columns: list[str] | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """(first row, Arrow table) of the file's chunks, in order.
+
+        A format may skip chunks holding none of ``rows`` (sorted file rows) and may read only
+        ``columns``; callers select what they need from what comes back.
+        """
+        st = os.stat(path)
+        unit = WorkUnit(path, self.name, st.st_size, st.st_mtime)
+        for chunk in self.open(unit, options).chunks:
+            yield chunk.row_offset, chunk_table(chunk)
+
+    def write_without(
+        self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
+    ) -> tuple[int, int]:
+        """Write ``path`` to ``dest`` in this format without the rows ``drop`` (sorted file
+        rows), a chunk at a time; return (rows read, rows written).
+
+        Raises:
+            NotImplementedError: this format cannot be rewritten (``clean_copy`` says so).
+        """
+        raise NotImplementedError(f"clean_copy cannot rewrite {self.name!r} files")
+
+
+def chunk_table(chunk: Chunk) -> pa.Table:
+    """A chunk as an Arrow table (tensor chunks: one list column per key, a row per sample)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if chunk.batch is not None:
+        return pa.table(chunk.batch) if isinstance(chunk.batch, pa.RecordBatch) else chunk.batch
+    cols = {k: list(np.asarray(v)) for k, v in (chunk.tensors or {}).items()}
+    return pa.table({k: pa.array([np.asarray(x).tolist() for x in v]) for k, v in cols.items()})
+
+
+def keep_mask(start: int, n: int, drop: np.ndarray) -> pa.Array:
+    """A boolean Arrow mask over rows ``start .. start+n``: False at the rows in ``drop``."""
+    import numpy as np
+    import pyarrow as pa
+
+    lo, hi = np.searchsorted(drop, [start, start + n])
+    keep = np.ones(n, dtype=bool)
+    keep[drop[lo:hi] - start] = False
+    return pa.array(keep)
 
 
 _REGISTRY: dict[str, Format] = {}

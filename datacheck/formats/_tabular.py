@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from datacheck.formats import Chunk, Format, Opened, WorkUnit, _storage, is_tsv, register
+from datacheck.errors import InputError
+from datacheck.formats import (
+    COMPRESSIONS,
+    Chunk,
+    Format,
+    Opened,
+    WorkUnit,
+    _storage,
+    is_tsv,
+    keep_mask,
+    register,
+)
+
+T = TypeVar("T")
 
 _BLOCK_BYTES = 16 << 20
 INTEGER_COLUMNS = "datacheck.integer_columns"
@@ -75,8 +92,107 @@ class ParquetFormat(Format):
         schema = pf.schema_arrow
         return Opened(_type_names(schema), chunks(), expected_rows=expected, arrow_schema=schema)
 
+    def tables(
+        self,
+        path: str,
+        options: Mapping[str, Any],
+        *,
+        rows: np.ndarray | None = None,
+        columns: list[str] | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """Row groups as tables; with ``rows``, only the groups holding one of them are read."""
+        pf = pq.ParquetFile(_storage.source(path))
+        sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+        ends = np.cumsum(sizes, dtype=np.int64)
+        groups = np.arange(len(sizes))
+        if rows is not None:
+            groups = np.unique(np.searchsorted(ends, rows, side="right"))
+        names = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
+        for g in groups[groups < len(sizes)]:
+            yield int(ends[g] - sizes[g]), pf.read_row_group(int(g), columns=names)
 
-class CsvFormat(Format):
+    def write_without(
+        self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
+    ) -> tuple[int, int]:
+        """Row group by row group, with the source's compression codec."""
+        pf = pq.ParquetFile(path)
+        meta = pf.metadata
+        codec = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else "snappy"
+        rows_in = rows_out = 0
+        with pq.ParquetWriter(dest, pf.schema_arrow, compression=codec) as writer:
+            for i in range(meta.num_row_groups):
+                table = pf.read_row_group(i)
+                kept = table.filter(keep_mask(rows_in, table.num_rows, drop))
+                rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
+                if kept.num_rows:
+                    writer.write_table(kept)
+        return rows_in, rows_out
+
+
+class _Streamed(Format):
+    """Formats rewritten chunk by chunk through a writer on a (compressed) output stream."""
+
+    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
+        raise NotImplementedError
+
+    def write_without(
+        self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
+    ) -> tuple[int, int]:
+        return self.exact(lambda opts: self._copy(path, dest, drop, opts), options)
+
+    def _copy(
+        self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
+    ) -> tuple[int, int]:
+        codec = COMPRESSIONS.get(os.path.splitext(path)[1].lower())  # x.csv.gz stays gzip
+        stream = writer = None
+        rows_in = rows_out = 0
+        try:
+            for start, table in self.tables(path, options):
+                if writer is None:
+                    stream = pa.output_stream(dest, compression=codec)
+                    schema = table.schema
+                    writer = self._writer(path, stream, schema)
+                kept = self.restore(table.filter(keep_mask(start, table.num_rows, drop)), options)
+                rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
+                if kept.num_rows:
+                    writer.write_table(kept.cast(schema))
+        finally:
+            if writer is not None:
+                writer.close()
+            if stream is not None:
+                stream.close()
+        if writer is None:  # no rows at all: keep the header as it was
+            import shutil
+
+            shutil.copyfile(path, dest)
+        return rows_in, rows_out
+
+
+class _TextFormat(_Streamed):
+    """CSV and JSON Lines: types are inferred, so integers need care to come back exact."""
+
+    def exact(self, fn: Callable[[Mapping[str, Any]], T], options: Mapping[str, Any]) -> T:
+        """Integer columns read as integers; when a later ``nan`` or ``1.5`` makes that fail,
+        read them as float64 and restore the integral ones (:meth:`restore`)."""
+        try:
+            return fn({**options, "keep_integers": True})
+        except pa.ArrowInvalid:
+            return fn({**options, "widened": True})
+
+    def restore(self, table: pa.Table, options: Mapping[str, Any]) -> pa.Table:
+        if not options.get("widened"):
+            return table
+        table = restore_integers(table)
+        for name, col in zip(table.column_names, table.columns, strict=True):
+            if pa.types.is_floating(col.type) and (pc.max(pc.abs(col)).as_py() or 0) >= 2**53:
+                raise InputError(
+                    f"column {name!r} holds integers beyond 2**53 next to non-integers; "
+                    "they cannot be copied exactly: use exclusion_list() instead"
+                )
+        return table
+
+
+class CsvFormat(_TextFormat):
     name = "csv"
     extensions = (".csv", ".tsv")
 
@@ -97,6 +213,10 @@ class CsvFormat(Format):
         declared = dict(options.get("arrow_types") or {})
         keep = bool(options.get("keep_integers"))
         return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
+
+    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
+        opts = pacsv.WriteOptions(delimiter="\t" if is_tsv(path) else ",")
+        return pacsv.CSVWriter(stream, schema, write_options=opts)
 
 
 def _open_text(
@@ -162,7 +282,7 @@ def _require_text(schema: pa.Schema) -> None:
             raise ValueError(f"column {f.name!r} holds bytes that are not valid UTF-8 text")
 
 
-class ArrowFormat(Format):
+class ArrowFormat(_Streamed):
     name = "arrow"
     extensions = (".arrow", ".feather", ".ipc", ".arrows")
 
@@ -188,8 +308,25 @@ class ArrowFormat(Format):
         schema = reader.schema
         return Opened(_type_names(schema), _batches_with_offsets(batches, 0), arrow_schema=schema)
 
+    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
+        return pa.ipc.new_file(stream, schema)
 
-class JsonLinesFormat(Format):
+
+class _JsonLinesWriter:
+    """One JSON object per line (Python's json: NaN/Infinity as the reader accepts them)."""
+
+    def __init__(self, stream: pa.NativeFile) -> None:
+        self.stream = stream
+
+    def write_table(self, table: pa.Table) -> None:
+        for rec in table.to_pylist():
+            self.stream.write((json.dumps(rec, default=str) + "\n").encode())
+
+    def close(self) -> None:
+        pass
+
+
+class JsonLinesFormat(_TextFormat):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson", ".json")
 
@@ -208,6 +345,9 @@ class JsonLinesFormat(Format):
         declared = dict(options.get("arrow_types") or {})
         keep = bool(options.get("keep_integers"))
         return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
+
+    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
+        return _JsonLinesWriter(stream)
 
 
 for _fmt in (ParquetFormat(), CsvFormat(), ArrowFormat(), JsonLinesFormat()):

@@ -75,6 +75,25 @@ class NpyFormat(Format):
         src = Source(SINGLE_KEY, shape, dtype.name, dtype.itemsize, sample_view(arr))
         return opened([src], _memmap_release(arr) if arr.flags.c_contiguous else None)
 
+    def write_without(
+        self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
+    ) -> tuple[int, int]:
+        """Through memory maps, 64 MiB at a time (bounded memory)."""
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        keep = np.ones(len(arr), dtype=bool)
+        keep[drop[drop < len(arr)]] = False
+        out = np.lib.format.open_memmap(
+            dest, mode="w+", dtype=arr.dtype, shape=(int(keep.sum()), *arr.shape[1:])
+        )
+        step, pos = max(1, (64 << 20) // max(arr[:1].nbytes, 1)), 0
+        for start in range(0, len(arr), step):
+            block = arr[start : start + step][keep[start : start + step]]
+            out[pos : pos + len(block)] = block
+            pos += len(block)
+        out.flush()
+        del out
+        return len(arr), pos
+
 
 def _check_bomb(info: zipfile.ZipInfo) -> None:
     if info.file_size < 0 or info.compress_size < 0:
@@ -167,3 +186,19 @@ class NpzFormat(Format):
             sources.append(Source(key, reader.shape, dt.name, dt.itemsize, reader.read))
         check_unique([s.key for s in sources], "npz")
         return opened(sources, close=zf.close)
+
+    def write_without(
+        self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
+    ) -> tuple[int, int]:
+        """Arrays with one entry per row (the longest first axis) lose the dropped rows."""
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {key: z[key] for key in z.files}
+        rows = max((len(a) for a in arrays.values() if a.ndim), default=0)
+        kept = rows
+        for key, arr in arrays.items():
+            if arr.ndim and len(arr) == rows:
+                arrays[key] = np.delete(arr, drop[drop < rows], axis=0)
+                kept = len(arrays[key])
+        with open(dest, "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+        return rows, kept

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,14 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SEVERITIES",
-    "exact_first",
     "exclusion_list",
     "flagged_rows",
     "reader_options",
     "resolve_path",
     "row_sites",
-    "stream_chunks",
-    "text_table",
 ]
 
 FLAG_COLUMN = "_flagged"
@@ -153,79 +150,22 @@ def reader_options(report: ReportData) -> dict[str, Any]:
     return {"arrow_types": compiled.arrow_types} if compiled is not None else {}
 
 
-def _parquet_groups(path: str, rows: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
-    """(first row, table) of each row group holding one of ``rows``; no other group is read."""
-    pf = pq.ParquetFile(path)
-    sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
-    ends = np.cumsum(sizes, dtype=np.int64)
-    groups = np.unique(np.searchsorted(ends, rows, side="right"))
-    for g in groups[groups < len(sizes)]:
-        yield int(ends[g] - sizes[g]), pf.read_row_group(int(g))
-
-
-def stream_chunks(entry: dict[str, Any], options: dict[str, Any]) -> Iterator[tuple[int, Any]]:
-    """(first row, Arrow batch) of every chunk of a non-Parquet shard, via its reader.
-
-    ``entry["path"]`` is where the file is now (see ``ReportData.local_path``)."""
-    from datacheck.formats import WorkUnit, get_format
-
-    st = os.stat(entry["path"])
-    unit = WorkUnit(entry["path"], entry["format"], st.st_size, st.st_mtime)
-    for chunk in get_format(entry["format"]).open(unit, options).chunks:
-        yield chunk.row_offset, _as_table(chunk)
-
-
-def _as_table(chunk: Any) -> pa.Table:
-    if chunk.batch is not None:
-        return pa.table(chunk.batch) if isinstance(chunk.batch, pa.RecordBatch) else chunk.batch
-    cols = {k: list(np.asarray(v)) for k, v in (chunk.tensors or {}).items()}
-    return pa.table({k: pa.array([np.asarray(x).tolist() for x in v]) for k, v in cols.items()})
-
-
-def exact_first(fn: Any, entry: dict[str, Any], options: dict[str, Any], *args: Any) -> Any:
-    """Run ``fn`` reading text formats with integer columns as integers (exact values); if
-    the file holds a ``nan`` or ``1.5`` there, read them as float64 and restore the integral
-    ones.  Integers beyond 2**53 in such a column cannot be restored exactly: refused."""
-    if entry["format"] not in ("csv", "jsonl"):
-        return fn(entry, *args, options)
-    try:
-        return fn(entry, *args, {**options, "keep_integers": True})
-    except pa.ArrowInvalid:
-        return fn(entry, *args, {**options, "widened": True})
-
-
-def text_table(table: pa.Table, options: dict[str, Any]) -> pa.Table:
-    if not options.get("widened"):
-        return table
-    from datacheck.formats._tabular import restore_integers
-
-    table = restore_integers(table)
-    for name, col in zip(table.column_names, table.columns, strict=True):
-        if pa.types.is_floating(col.type) and (pc.max(pc.abs(col)).as_py() or 0) >= 2**53:
-            raise InputError(
-                f"column {name!r} holds integers beyond 2**53 next to non-integers; "
-                "they cannot be copied exactly: use exclusion_list() instead"
-            )
-    return table
-
-
 def _take_rows(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
     """The given file rows (sorted) as one table, reading as little of the file as it can."""
-    return exact_first(_take_rows_with, entry, options, rows)
+    from datacheck.formats import get_format
+
+    fmt = get_format(entry["format"])
+    return fmt.exact(lambda opts: _take_rows_with(fmt, entry["path"], rows, opts), options)
 
 
-def _take_rows_with(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
-    if entry["format"] == "parquet":
-        chunks: Iterator[tuple[int, pa.Table]] = _parquet_groups(entry["path"], rows)
-    else:
-        chunks = stream_chunks(entry, options)
+def _take_rows_with(fmt: Any, path: str, rows: np.ndarray, options: Any) -> pa.Table:
     parts, last = [], int(rows[-1])
-    for start, table in chunks:
+    for start, table in fmt.tables(path, options, rows=rows):
         if start > last:
             break
         lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
         if hi > lo:
-            parts.append(text_table(table.take(pa.array(rows[lo:hi] - start)), options))
+            parts.append(fmt.restore(table.take(pa.array(rows[lo:hi] - start)), options))
     if not parts:
         return pa.table({})
     return pa.concat_tables(parts, promote_options="permissive")

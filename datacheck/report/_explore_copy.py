@@ -6,7 +6,6 @@ time; corrupt files are left out.  Which rows go is ``severity`` (see :mod:`._ex
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -15,16 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from datacheck.errors import UsageError
-from datacheck.report._explore import (
-    exact_first,
-    reader_options,
-    row_sites,
-    stream_chunks,
-    text_table,
-)
+from datacheck.formats import get_format
+from datacheck.report._explore import reader_options, row_sites
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,128 +50,6 @@ def _check_dest(dest: Path, root: str, overwrite: bool) -> None:
         )
 
 
-def _keep_mask(start: int, n: int, drop: np.ndarray) -> pa.Array:
-    lo, hi = np.searchsorted(drop, [start, start + n])
-    keep = np.ones(n, dtype=bool)
-    keep[drop[lo:hi] - start] = False
-    return pa.array(keep)
-
-
-def _copy_parquet(src: str, tmp: Path, drop: np.ndarray) -> tuple[int, int]:
-    pf = pq.ParquetFile(src)
-    meta = pf.metadata
-    codec = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else "snappy"
-    rows_in = rows_out = 0
-    with pq.ParquetWriter(tmp, pf.schema_arrow, compression=codec) as writer:
-        for i in range(meta.num_row_groups):
-            table = pf.read_row_group(i)
-            kept = table.filter(_keep_mask(rows_in, table.num_rows, drop))
-            rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
-            if kept.num_rows:
-                writer.write_table(kept)
-    return rows_in, rows_out
-
-
-class _TextSink:
-    """Writes Arrow batches as CSV/TSV or JSON Lines, or as Arrow IPC, to one file."""
-
-    def __init__(self, entry: dict[str, Any], tmp: Path, schema: pa.Schema) -> None:
-        self.fmt, self.schema = entry["format"], schema
-        self.stream = pa.output_stream(str(tmp), compression=_compression(entry["path"]))
-        if self.fmt == "csv":
-            import pyarrow.csv as pacsv
-
-            from datacheck.formats import is_tsv
-
-            opts = pacsv.WriteOptions(delimiter="\t" if is_tsv(entry["path"]) else ",")
-            self.writer: Any = pacsv.CSVWriter(self.stream, schema, write_options=opts)
-        elif self.fmt == "arrow":
-            self.writer = pa.ipc.new_file(self.stream, schema)
-        else:
-            self.writer = None
-
-    def write(self, table: pa.Table) -> None:
-        if self.writer is not None:
-            self.writer.write_table(table.cast(self.schema))
-            return
-        for rec in table.to_pylist():
-            self.stream.write((json.dumps(rec, default=str) + "\n").encode())
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.stream.close()
-
-
-def _compression(path: str) -> str | None:
-    from datacheck.formats import COMPRESSIONS
-
-    return COMPRESSIONS.get(Path(path).suffix.lower())
-
-
-def _copy_streamed(
-    entry: dict[str, Any], tmp: Path, drop: np.ndarray, options: dict[str, Any]
-) -> tuple[int, int]:
-    return exact_first(_copy_streamed_with, entry, options, tmp, drop)
-
-
-def _copy_streamed_with(
-    entry: dict[str, Any], tmp: Path, drop: np.ndarray, options: dict[str, Any]
-) -> tuple[int, int]:
-    sink: _TextSink | None = None
-    rows_in = rows_out = 0
-    try:
-        for start, table in stream_chunks(entry, options):
-            if sink is None:
-                sink = _TextSink(entry, tmp, table.schema)
-            kept = text_table(table.filter(_keep_mask(start, table.num_rows, drop)), options)
-            rows_in, rows_out = rows_in + table.num_rows, rows_out + kept.num_rows
-            if kept.num_rows:
-                sink.write(kept)
-    finally:
-        if sink is not None:
-            sink.close()
-    if sink is None:
-        shutil.copyfile(entry["path"], tmp)  # no rows at all: keep the header as it was
-    return rows_in, rows_out
-
-
-def _copy_npy(src: str, tmp: Path, drop: np.ndarray) -> tuple[int, int]:
-    """Copy a ``.npy`` array without the dropped rows, through memory maps (bounded memory)."""
-    arr = np.load(src, mmap_mode="r", allow_pickle=False)
-    keep = np.ones(len(arr), dtype=bool)
-    keep[drop[drop < len(arr)]] = False
-    out = np.lib.format.open_memmap(
-        tmp, mode="w+", dtype=arr.dtype, shape=(int(keep.sum()), *arr.shape[1:])
-    )
-    step, pos = max(1, (64 << 20) // max(arr[:1].nbytes, 1)), 0
-    for start in range(0, len(arr), step):
-        block = arr[start : start + step][keep[start : start + step]]
-        out[pos : pos + len(block)] = block
-        pos += len(block)
-    out.flush()
-    del out
-    return len(arr), pos
-
-
-def _copy_npz(src: str, tmp: Path, drop: np.ndarray, rows: int) -> tuple[int, int]:
-    """Rewrite an ``.npz`` archive: arrays with one entry per row lose the dropped rows."""
-    kept = rows
-    with np.load(src, allow_pickle=False) as z, open(tmp, "wb") as fh:
-        arrays = {}
-        for key in z.files:
-            arr = z[key]
-            if arr.ndim and len(arr) == rows:
-                arr = np.delete(arr, drop[drop < rows], axis=0)
-                kept = len(arr)
-            arrays[key] = arr
-        np.savez(fh, **arrays)
-    return rows, kept
-
-
-_WRITABLE = ("parquet", "csv", "jsonl", "arrow", "npy", "npz")
-
-
 def _copy_one(
     report: ReportData,
     entry: dict[str, Any],
@@ -203,16 +74,13 @@ def _copy_one(
         shutil.copyfile(entry["path"], tmp)
         os.replace(tmp, target)
         return {**row, "status": "copied", "rows_out": row["rows_in"]}
-    if entry["format"] not in _WRITABLE:
-        return {**row, "dest": "", "reason": f"clean_copy cannot rewrite {entry['format']!r} files"}
-    if entry["format"] == "parquet":
-        rows_in, rows_out = _copy_parquet(entry["path"], tmp, drop)
-    elif entry["format"] == "npy":
-        rows_in, rows_out = _copy_npy(entry["path"], tmp, drop)
-    elif entry["format"] == "npz":
-        rows_in, rows_out = _copy_npz(entry["path"], tmp, drop, row["rows_in"])
-    else:
-        rows_in, rows_out = _copy_streamed(entry, tmp, drop, options)
+    try:
+        rows_in, rows_out = get_format(entry["format"]).write_without(
+            entry["path"], str(tmp), drop, options
+        )
+    except NotImplementedError as exc:
+        tmp.unlink(missing_ok=True)
+        return {**row, "dest": "", "reason": str(exc)}
     os.replace(tmp, target)
     return {**row, "status": "cleaned", "rows_in": rows_in, "rows_out": rows_out}
 

@@ -50,16 +50,11 @@ def _column_entries(report: ReportData, name: str) -> list[dict[str, Any]]:
 
 def _column_arrays(report: ReportData, entry: dict[str, Any], name: str) -> Iterator[pa.Array]:
     """The column's values in one file, chunk by chunk (Parquet: that column only)."""
-    path = report.local_path(entry)
-    if entry["format"] == "parquet":
-        import pyarrow.parquet as pq
+    from datacheck.formats import get_format
+    from datacheck.report._explore import reader_options
 
-        for batch in pq.ParquetFile(path).iter_batches(columns=[name]):
-            yield batch.column(0)
-        return
-    from datacheck.report._explore import reader_options, stream_chunks
-
-    for _, table in stream_chunks({**entry, "path": path}, reader_options(report)):
+    fmt = get_format(entry["format"])
+    for _, table in fmt.tables(report.local_path(entry), reader_options(report), columns=[name]):
         if name in table.column_names:
             yield from table[name].chunks
 
