@@ -23,6 +23,7 @@ from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
 from datacheck.checks._tensor import sample_hits
+from datacheck.engine._plain import plain, readable_columns
 from datacheck.engine._schemacheck import SchemaRun
 from datacheck.formats import Chunk, WorkUnit, get_format
 from datacheck.formats._tabular import INTEGER_COLUMNS
@@ -160,12 +161,14 @@ def _check_chunk(
     batch = chunk.batch
     if batch is None:
         return
+    batch = readable_columns(batch)  # intervals: no numbers, and no Python array class
     meta = batch.schema.metadata or {}
     integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         pieces = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
         offset = chunk.row_offset
-        for arr in pieces:
+        for piece in pieces:
+            arr = plain(piece)  # dictionary, run-end, list-view, map: checked element-wise
             for leaf_name, leaf_arr in leaves(name, arr):  # struct fields: columns of their own
                 _check_column(leaf_name, leaf_arr, offset, integer_columns, col, profiler, run)
             offset += len(arr)

@@ -306,7 +306,16 @@ class ArrowFormat(_Streamed):
             reader = pa.ipc.open_stream(source)
             batches = iter(reader)
         schema = reader.schema
-        return Opened(_type_names(schema), _batches_with_offsets(batches, 0), arrow_schema=schema)
+        chunks = _batches_with_offsets(_validated(batches), 0)
+        return Opened(_type_names(schema), chunks, arrow_schema=schema)
+
+
+def _validated(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """IPC batches fully validated (offsets, lengths, UTF-8) before any check reads them: the
+    format stores buffers as they are, and a damaged offset would read out of bounds."""
+    for batch in batches:
+        batch.validate(full=True)
+        yield batch
 
     def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
         return pa.ipc.new_file(stream, schema)
