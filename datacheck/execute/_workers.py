@@ -193,6 +193,23 @@ def _keep(idle: list[_Worker]) -> None:
             w.kill()
 
 
+def _dumps(fn: UnitFn) -> bytes | None:
+    """``fn`` pickled for a worker; by value (cloudpickle) when it holds a lambda or a local
+    function (a pandera schema built in a notebook); None when neither can."""
+    try:
+        return pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        pass
+    try:
+        import cloudpickle
+    except ImportError:  # pragma: no cover - a dependency of datacheck
+        return None
+    try:
+        return bytes(cloudpickle.dumps(fn))
+    except Exception:  # noqa: BLE001 - e.g. a lock or an open file in a check's closure
+        return None
+
+
 def _module_of(fn: UnitFn) -> str:
     return str(getattr(getattr(fn, "func", fn), "__module__", "") or "")
 
@@ -217,7 +234,10 @@ def run_isolated(
     if not units:
         return
     token = uuid.uuid4().hex
-    payload = pickle.dumps(fn)
+    payload = _dumps(fn)
+    if payload is None:  # nothing can send it to another process: run it here, unisolated
+        yield from (fn(unit) for unit in units)
+        return
     main = _module_of(fn)
     modules = tuple(dict.fromkeys([*preload, *([main] if main != "__main__" else [])]))
     todo: deque[int] = deque(range(len(units)))
