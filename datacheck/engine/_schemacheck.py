@@ -175,10 +175,14 @@ class SchemaRun:
 
     def batch(self, batch: Any, offset: int, emit: Emit, check_column: Callable[..., None]) -> None:
         """Schema-level uniqueness and checks, and index levels that are row numbers."""
-        names = set(batch.schema.names)
-        for cols, _keep in self.schema.unique:
-            if all(c in names for c in cols):
-                self.unique_parts.setdefault(cols, []).append(batch.select(list(cols)))
+        import pandas as pd
+
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        names = set(table.schema.names)
+        for cols, _keep in self.schema.unique:  # pandera: the set's columns that exist
+            present = tuple(c for c in cols if c in names)
+            if present:
+                self.unique_parts.setdefault(cols, []).append(table.select(list(present)))
         if self.schema.index and not self.stored_index:
             start, step = 0, 1
             if self.range_index is not None:
@@ -194,9 +198,6 @@ class SchemaRun:
             check_column(spec.name, rows, offset)
         if not self.schema.frame_checks:
             return
-        import pandas as pd
-
-        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         frame = None
         for i, check in enumerate(self.schema.frame_checks):
             if i in self.frame_aggregate:
@@ -219,11 +220,13 @@ class SchemaRun:
         out: list[fnd.Finding] = list(self.errors.values())
         for cols, parts in self.unique_parts.items():
             keep = self._keep(cols)
-            if len(cols) == 1 and isinstance(parts[0], pa.Array):
-                frame = pa.chunked_array(parts).to_pandas().to_frame()
+            if len(cols) == 1 and isinstance(parts[0], pa.Array):  # a column: nulls ignored
+                series = pa.chunked_array(parts).to_pandas()
+                dup = np.zeros(len(series), dtype=bool)
+                present = series.notna().to_numpy()
+                dup[present] = series[present].duplicated(keep=keep).to_numpy()
             else:
-                frame = pa.concat_tables(parts).to_pandas()
-            dup = frame.duplicated(keep=keep).to_numpy()
+                dup = pa.concat_tables(parts).to_pandas().duplicated(keep=keep).to_numpy()
             h = group_by_row("unique", ERR, dup, RowMap(len(dup)), None)
             if h is not None:
                 emit(",".join(cols), h, 0)
@@ -324,7 +327,6 @@ def file_findings(
             if got != want:
                 msg = f"column out of order (schema is ordered): expected {want!r} here"
                 out.append(fnd.Finding(path, "schema", ERR, msg, column=got))
-                break
     if schema.unique_column_names and len(set(names)) != len(names):
         seen: set[str] = set()
         for name in names:

@@ -44,11 +44,19 @@ DIFFERENCES: dict[str, str] = {
     "datetime/timedelta units are not compared.",
     "unique": "`unique` (column or schema) reports under `unique`, one finding per duplicated "
     "row (a schema-level set names its columns joined by ','); it needs the file whole in one "
-    "work unit and keeps those columns' values in memory.",
+    "work unit and keeps those columns' values in memory. A column's nulls are ignored, as in "
+    "pandera.",
+    "fp16": "float columns without `max_abs` keep datacheck's own `extreme` warning "
+    "(|x| > 65504, the float16 maximum); pandera has no such check.",
+    "text_dtype": "CSV/JSON Lines store no types: a column the schema gives a numeric or `str` "
+    "dtype is read as that type, others as Arrow infers them (pandas may infer another).",
     "aggregate": "a check whose result is one value (`unique_values_eq`, a custom aggregate, "
     "schema-level) is evaluated once on the whole file: its columns are held in memory.",
     "index": "`index` levels are the columns pandas stored the index in (Parquet); with none "
     "stored, the index is the row number, as pandas reads it.",
+    "coerce": "`coerce`: a value that cannot be cast is a `schema` finding at its row (null "
+    "afterwards: a `null` finding too where the column is not nullable); the checks then run "
+    "on the cast values (pandera runs them on the uncast column, where they usually raise).",
     "check_error": "a check that raises on the data (e.g. `str_matches` on integers) is one "
     "finding for the column, row null, with the exception as the value.",
     "n_failure_cases": "`n_failure_cases` limits pandera's error message only: datacheck "
