@@ -34,8 +34,8 @@ def _t(**cols) -> pa.Table:
     return pa.table(cols)
 
 
-def _f(values, t=pa.float64()) -> pa.Array:
-    return pa.array(values, t, from_pandas=False)
+def _f(values, t: pa.DataType | None = None) -> pa.Array:
+    return pa.array(values, t or pa.float64(), from_pandas=False)
 
 
 def _cases() -> list[Case]:
