@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from datacheck.checks._pandas import ELEMENTWISE, NumericCheck
@@ -156,6 +156,26 @@ class CompiledSchema:
     index: tuple[ColumnSpec, ...] = ()
     """Index levels, checked on the columns pandas stored the index in (or the row number)."""
 
+    def __reduce__(self) -> Any:
+        """Worker processes receive the schema; a check that is a lambda or a local function
+        does not pickle, so those travel through cloudpickle (installed with dask)."""
+        import pickle
+
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        try:
+            pickle.dumps(state)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            try:
+                import cloudpickle
+            except ImportError:
+                raise SchemaError(
+                    f"schema {self.source!r}: a check is a lambda or local function, which "
+                    "cannot reach worker processes; define it at module level or install "
+                    "cloudpickle"
+                ) from None
+            return (_from_bytes, (cloudpickle.dumps(state),))
+        return (_from_state, (state,))
+
     def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
         spec = self.spec_for(name)
         if spec is None:
@@ -184,6 +204,16 @@ class CompiledSchema:
         """Workers must load pandera (the schema has checks that run through it)."""
         specs = (*self.columns.values(), *self.index)
         return bool(self.frame_checks) or any(s.rules.pandas_checks for s in specs)
+
+
+def _from_state(state: dict[str, Any]) -> CompiledSchema:
+    return CompiledSchema(**state)
+
+
+def _from_bytes(data: bytes) -> CompiledSchema:
+    import pickle
+
+    return CompiledSchema(**pickle.loads(data))
 
 
 def spec_rules(spec: ColumnSpec, is_float: bool, is_numeric: bool) -> ColumnRules:
