@@ -13,7 +13,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from datacheck.engine._discover import discover, plan_units
+from datacheck.engine._discover import discover_files, plan_units
 from datacheck.engine._journal import Journal
 from datacheck.engine._merge import apply_extra, file_entries, shard_dtype_findings, write_manifest
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
@@ -41,6 +41,9 @@ class ScanConfig:
     """Read files in worker processes, where a reader that crashes (a segfault on a damaged
     file) cannot end the scan.  False runs the ``inprocess`` executor in this very process:
     no worker to start, but a crash then ends the scan and there is no time limit."""
+    follow_symlinks: bool = False
+    """Read symlinks inside input folders that lead outside them, and symlinked folders
+    (otherwise listed under ``ignored`` with the reason)."""
     unit_timeout: float | None = None
     """Seconds a unit may run before it is reported ``corrupt`` (0: no limit; default: 300 s
     plus a second per 4 MiB of the unit).  Not enforced on ``distributed``."""
@@ -236,9 +239,11 @@ def scan(
     inputs = [paths] if isinstance(paths, (str, Path)) else list(paths)
     inputs = [str(p) for p in inputs]
     compiled = load_schema(schema)
-    found, skipped = discover(inputs)  # messages name the inputs as typed; then absolute paths
+    # messages name the inputs as typed; then absolute paths
+    found, skipped, reasons = discover_files(inputs, config.follow_symlinks)
     files = [(_local(f), _local(root)) for f, root in found]
     ignored = [_local(f) for f in skipped]
+    ignored_why = {_local(f): why for f, why in reasons.items()}
     inputs = [_local(p) for p in inputs]
     schema_setting = _schema_setting(schema, compiled)
     # uniqueness and whole-column checks need each file in one unit
@@ -318,5 +323,7 @@ def scan(
         **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
         "workers": workers,
     }
-    doc = write_report_json(out_dir, settings, entries, ignored, time.perf_counter() - start)
+    doc = write_report_json(
+        out_dir, settings, entries, ignored, time.perf_counter() - start, ignored_why
+    )
     return Report(out_dir, doc, _keepalive=keepalive)

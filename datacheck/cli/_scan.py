@@ -64,6 +64,12 @@ def add_parser(sub: Any) -> None:
         "(default: 300 s plus 1 s per 4 MiB; 0: no limit)",
     )
     p.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read symlinks that lead outside the input folders, and symlinked folders "
+        "(default: list them under ignored)",
+    )
+    p.add_argument(
         "--no-isolation",
         dest="isolate",
         action="store_false",
@@ -122,6 +128,7 @@ def _run_scan(args: argparse.Namespace) -> int:
         workers=args.workers,
         executor=args.executor,
         isolate=args.isolate,
+        follow_symlinks=args.follow_symlinks,
         unit_timeout=args.unit_timeout,
         unit_bytes=args.unit_mb << 20,
         scheduler=args.scheduler,

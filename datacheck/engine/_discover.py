@@ -5,12 +5,13 @@ from __future__ import annotations
 import glob
 import os
 import posixpath
+import stat
 from pathlib import Path
 
 from datacheck.errors import InputError
 from datacheck.formats import Format, Opened, WorkUnit, _storage, detect, register
 
-__all__ = ["discover", "plan_units"]
+__all__ = ["discover", "discover_files", "plan_units"]
 
 _SKIP_NAMES = {"_SUCCESS", "_common_metadata", "_metadata"}
 
@@ -72,15 +73,74 @@ def _is_data(path: str) -> bool:
     return detect(path, _head(path)) is not None
 
 
-def _walk(root: Path) -> tuple[list[str], list[str]]:
-    """Data files under a local directory, and the files skipped as not data."""
+def _not_regular(mode: int) -> str | None:
+    """Why a file that is not a regular file is never opened (a FIFO would block the scan)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        kind = "a FIFO"
+    elif stat.S_ISSOCK(mode):
+        kind = "a socket"
+    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        kind = "a device"
+    else:
+        kind = "not a regular file"
+    return f"{kind}: only regular files are read"
+
+
+class _Rules:
+    """What discovery may open: regular files, and symlinks only within the input roots."""
+
+    OUTSIDE = "a symlink leading outside the scanned folders (--follow-symlinks to scan it)"
+    LINKED_DIR = "a symlink to a folder, not followed (--follow-symlinks to scan it)"
+
+    def __init__(self, inputs: list[str], follow_symlinks: bool) -> None:
+        self.follow = follow_symlinks
+        self.roots = [os.path.realpath(p) for p in inputs if not _storage.is_url(p)]
+        self.reasons: dict[str, str] = {}
+        """Ignored path -> why, for every file ignored for a reason other than "not data"."""
+
+    def _inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
+
+    def refuse(self, path: str, named: bool = False) -> str | None:
+        """Why ``path`` must not be opened (and is listed as ignored), or None."""
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+            mode = os.stat(path).st_mode
+        except OSError:  # dangling, or gone since listing: its unit reports it corrupt
+            return None
+        if link and not named and not self.follow and not self._inside(path):
+            return self.OUTSIDE
+        return _not_regular(mode)
+
+    def ignore(self, path: str, reason: str, ignored: list[str]) -> None:
+        self.reasons[path] = reason
+        ignored.append(path)
+
+
+def _walk(root: Path, rules: _Rules) -> tuple[list[str], list[str]]:
+    """Data files under a local directory, and the files skipped (not data, or refused)."""
     files: list[str] = []
     ignored: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not _skip_dir(d))
+    visited: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=rules.follow):
+        visited.add(os.path.realpath(dirpath))
+        keep = []
+        for d in sorted(d for d in dirnames if not _skip_dir(d)):
+            full = os.path.join(dirpath, d)
+            if os.path.islink(full) and not rules.follow:
+                rules.ignore(full, rules.LINKED_DIR, ignored)
+            elif os.path.realpath(full) not in visited:  # a link cycle ends here
+                keep.append(d)
+        dirnames[:] = keep
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
-            (files if _is_data(full) else ignored).append(full)
+            if (why := rules.refuse(full)) is not None:
+                rules.ignore(full, why, ignored)
+            else:
+                (files if _is_data(full) else ignored).append(full)
     return files, ignored
 
 
@@ -103,11 +163,30 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
 
     A file named explicitly is always scanned (an unknown format becomes a ``corrupt``
     finding); inside directories, files that are not data (by extension or magic) are skipped
-    and listed in the report as ignored.
+    and listed in the report as ignored.  See :func:`discover_files` for the rules on links
+    and files that are not regular files.
 
     Raises:
         InputError: an input matches nothing.
     """
+    files, ignored, _ = discover_files(inputs)
+    return files, ignored
+
+
+def discover_files(
+    inputs: list[str], follow_symlinks: bool = False
+) -> tuple[list[tuple[str, str]], list[str], dict[str, str]]:
+    """:func:`discover`, plus why each file ignored for a reason other than "not data" was.
+
+    Only regular files are opened: FIFOs, sockets and devices are ignored (even when named:
+    reading a FIFO would block the scan).  Inside directories, a symlink to a file outside the
+    input roots, and a symlink to a folder, are ignored unless ``follow_symlinks``; a
+    symlink named explicitly is read.
+
+    Returns:
+        ``(file, root)`` pairs, ignored paths, and ignored path -> reason.
+    """
+    rules = _Rules(inputs, follow_symlinks)
     if not inputs:
         raise InputError("no input paths given; pass files, directories or globs to scan")
     seen: dict[str, str] = {}
@@ -127,20 +206,28 @@ def discover(inputs: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
         for match in matches:
             p = Path(match)
             if p.is_dir():
-                found, skipped = _walk(p)
+                found, skipped = _walk(p, rules)
                 ignored.extend(skipped)
                 for f in found:
                     seen.setdefault(os.path.normpath(f), str(p))
+            elif (why := rules.refuse(match, named=True)) is not None:
+                rules.ignore(os.path.normpath(match), why, ignored)
             else:
                 seen.setdefault(os.path.normpath(match), str(p.parent))
     for path in [p for p in seen if p.endswith(".bin") and p[: -len(".bin")] + ".idx" in seen]:
         del seen[path]  # a Megatron pair is one dataset, read from its .idx
     if not seen:
+        refused = "; ".join(f"{p!r}: {why}" for p, why in sorted(rules.reasons.items())[:3])
         raise InputError(
             f"inputs {inputs!r}: no data files found ({_known_formats()}); "
-            "check the path, or name a file explicitly"
+            + (f"ignored {refused}" if refused else "check the path, or name a file explicitly")
         )
-    return sorted(seen.items()), sorted(set(ignored) - set(seen))
+    ignored = sorted(set(ignored) - set(seen))
+    return (
+        sorted(seen.items()),
+        ignored,
+        {p: rules.reasons[p] for p in ignored if p in rules.reasons},
+    )
 
 
 def _partition_keys(path: str, root: str) -> tuple[str, ...]:

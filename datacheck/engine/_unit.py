@@ -8,6 +8,7 @@ findings.  Check code is not wrapped: a bug in datacheck is a crash, not a "corr
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -203,9 +204,25 @@ def _check_column(
         run.pandas_checks(name, arr, rules, offset, col.hits)
 
 
+_EXCERPT = 24
+"""Characters of file content a reader error may quote (a CSV row could be a secret)."""
+_ROW_TEXT = re.compile(r"((?:columns|fields), got \d+: |row: |line: )(.*)", re.IGNORECASE)
+
+
+def _printable(text: str) -> str:
+    """Control and unprintable characters as Python escapes: a message stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _reader_error(exc: BaseException) -> str:
+    """One escaped line naming the error; quoted file content is cut to a short excerpt."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"[:500]
+
+    def excerpt(m: re.Match[str]) -> str:
+        quoted = m.group(2)
+        return m.group(1) + quoted[:_EXCERPT] + ("..." if len(quoted) > _EXCERPT else "")
+
+    return _printable(f"{type(exc).__name__}: {_ROW_TEXT.sub(excerpt, text)}")[:300]
 
 
 def _guarded(chunks: Iterator[Chunk], errors: list[str]) -> Iterator[Chunk]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +72,10 @@ def write_report_json(
     files: list[dict[str, Any]],
     ignored: Iterable[str],
     seconds: float,
+    ignored_why: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Write ``report.json``; ``ignored_why`` says why a path was refused (a FIFO, a symlink
+    out of the input folders) when it was not merely "not data"."""
     from datacheck._version import __version__
 
     summary = summarise(files)
@@ -85,6 +88,7 @@ def write_report_json(
         "summary": summary,
         "files": files,
         "ignored": sorted(ignored),
+        "ignored_why": dict(sorted((ignored_why or {}).items())),
     }
     tmp = out / (REPORT_JSON + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str))

@@ -98,7 +98,7 @@ def test_a_poison_file_ends_as_corrupt_and_the_scan_finishes(
         os.symlink(shards / name, data / name)
     (data / "bad.poison").write_bytes(b"boom")
     before = client.run(os.getpid)
-    report = datacheck.scan(data, out=tmp_path / "out", client=client)
+    report = datacheck.scan(data, out=tmp_path / "out", client=client, follow_symlinks=True)
     files = report.files.set_index("path")
     bad = str(data / "bad.poison")
     assert files.loc[bad, "status"] == "corrupt"
