@@ -15,7 +15,9 @@ __all__ = [
     "EXIT_CODES",
     "ExitCode",
     "Parser",
+    "add_show_argument",
     "exit_codes_epilog",
+    "non_negative_int",
     "positive_int",
     "unrecognized",
 ]
@@ -115,6 +117,31 @@ def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> Usag
         parts.append(f"{arg!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     noun = "argument" if len(parts) == 1 else "arguments"
     return UsageError(f"unrecognized {noun} {', '.join(parts)} (see '{parser.prog} --help')")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_show_argument(parser: argparse.ArgumentParser) -> None:
+    """``--show N``: sample findings per check under the summary table."""
+    from datacheck.report._text import SHOW
+
+    parser.add_argument(
+        "--show",
+        type=non_negative_int,
+        default=SHOW,
+        metavar="N",
+        help="show the first N findings of each check (file:row, column, value or message) "
+        "under the table; 0 hides them (default: %(default)s)",
+    )
 
 
 def positive_int(text: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from datacheck.cli._base import add_show_argument
 from datacheck.errors import UsageError
 
 __all__ = ["add_parser"]
@@ -19,6 +20,7 @@ def add_parser(sub: Any) -> None:
         "the scan's exit code; with --html, also write a self-contained report.html.",
     )
     p.add_argument("dir", help="the scan's --out folder (holds report.json)")
+    add_show_argument(p)
     p.add_argument("--html", action="store_true", help="write report.html (no network assets)")
     p.add_argument(
         "--html-out",
@@ -33,7 +35,7 @@ def _run_report(args: argparse.Namespace) -> int:
     from datacheck.report._text import render_text
 
     report = load_report(args.dir)
-    print(render_text(report))
+    print(render_text(report, show=args.show))
     if args.html or args.html_out:
         try:
             dest = report.write_html(args.html_out)

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from datacheck.cli._base import positive_int
+from datacheck.cli._base import add_show_argument, positive_int
 from datacheck.execute import EXECUTOR_NAMES
 
 __all__ = ["add_parser"]
@@ -100,6 +100,7 @@ def add_parser(sub: Any) -> None:
         dest="output_format",
         help="summary on stdout as a table or as JSON (default: %(default)s)",
     )
+    add_show_argument(p)
     p.add_argument("--html", action="store_true", help="also write report.html into --out")
     p.add_argument(
         "--profile",
@@ -142,5 +143,5 @@ def _run_scan(args: argparse.Namespace) -> int:
     if args.output_format == "json":
         print(json.dumps({"report": str(report.dir), **report.summary}, indent=1))
     else:
-        print(render_text(report))
+        print(render_text(report, show=args.show))
     return report.exit_code()

@@ -42,6 +42,7 @@ _CSS = """
 .dc .pass { background: #2e7d32; } .dc .fail { background: #c62828; }
 .dc tr.flagged td.status { color: #c62828; font-weight: 600; }
 .dc tr.corrupt td.status { color: #fff; background: #7f0000; font-weight: 600; }
+.dc td.value, .dc td.sample { font-family: ui-monospace, monospace; font-size: 12px; max-width: 40em; }
 .dc .muted { color: #777; } .dc img { max-width: 100%; border: 1px solid #eee; margin: 4px 0; }
 """
 
@@ -90,25 +91,73 @@ def _checks_table(report: ReportData) -> str:
     return f'<table id="checks">{head}{"".join(rows)}</table>'
 
 
+SAMPLES_PER_CHECK = 5
+SAMPLES_PER_FILE = 3
+
+
+def _samples_table(report: ReportData) -> str:
+    """The first findings of each check: file, row, column, severity, value or message."""
+    from datacheck.report._samples import sample_findings
+
+    samples = sample_findings(report, "check", SAMPLES_PER_CHECK)
+    if not samples:
+        return ""
+    rows = []
+    for f in samples:
+        row = _num(f["row"], "row") if f["row"] is not None else '<td class="muted">-</td>'
+        rows.append(
+            f'<tr data-check="{_esc(f["check"])}" data-path="{_esc(f["path"])}">'
+            f"<td>{_esc(f['check'])}</td><td>{_esc(f['path'])}</td>{row}"
+            f"<td>{_esc(f['column'] or '-')}</td><td>{_esc(f['severity'])}</td>"
+            f'<td class="value">{_esc(f["value"] if f["value"] is not None else "-")}</td>'
+            f"{_num(int(f['count'] or 1), 'count')}</tr>"
+        )
+    head = (
+        "<tr><th>check</th><th>file</th><th>row</th><th>column</th><th>severity</th>"
+        "<th>value or message</th><th>bad elements</th></tr>"
+    )
+    return (
+        f'<p class="muted">The first {SAMPLES_PER_CHECK} findings of each check, errors '
+        f"first; every one is in quarantine.parquet.</p>"
+        f'<table id="samples">{head}{"".join(rows)}</table>'
+    )
+
+
+def _file_samples(report: ReportData) -> dict[str, str]:
+    """path -> ``"x1 row 17: nan; label row 20: 12"`` (its first findings)."""
+    from datacheck.report._samples import sample_findings
+
+    out: dict[str, list[str]] = {}
+    for f in sample_findings(report, "path", SAMPLES_PER_FILE, exclude=("corrupt",)):
+        where = f" row {f['row']}" if f["row"] is not None else ""
+        what = f["value"] if f["value"] is not None else "-"
+        out.setdefault(f["path"], []).append(f"{f['column'] or ''}{where} {f['check']}: {what}")
+    return {p: "; ".join(v) for p, v in out.items()}
+
+
 def _ordered_files(report: ReportData) -> list[dict[str, Any]]:
     rank = {"corrupt": 0, "flagged": 1, "ok": 2}
     return sorted(report.data["files"], key=lambda f: (rank.get(f["status"], 3), f["path"]))
 
 
-def _files_table(report: ReportData, limit: int) -> str:
+def _files_table(report: ReportData, limit: int, samples_column: bool = False) -> str:
     files = _ordered_files(report)
     checks = sorted({c for f in files for c in f["counts"]})
-    head = "".join(
-        f"<th>{h}</th>" for h in ["path", "format", "status", "rows", "bytes", *checks, "error"]
-    )
+    samples = _file_samples(report) if samples_column else {}
+    heads = ["path", "format", "status", "rows", "bytes", *checks, "error"]
+    head = "".join(f"<th>{h}</th>" for h in heads + (["first findings"] if samples_column else []))
     rows = []
     for f in files[:limit]:
         counts = "".join(_num(int(f["counts"].get(c, 0)), f"n_{c}") for c in checks)
+        sample = (
+            f'<td class="sample">{_esc(samples.get(f["path"], ""))}</td>' if samples_column else ""
+        )
         rows.append(
             f'<tr class="{_esc(f["status"])}" data-path="{_esc(f["path"])}">'
             f"<td>{_esc(f['path'])}</td><td>{_esc(f['format'])}</td>"
             f'<td class="status">{_esc(f["status"])}</td>{_num(int(f["rows"]), "rows")}'
-            f"{_num(int(f['bytes']), 'bytes')}{counts}<td>{_esc(f.get('error') or '')}</td></tr>"
+            f"{_num(int(f['bytes']), 'bytes')}{counts}<td>{_esc(f.get('error') or '')}</td>"
+            f"{sample}</tr>"
         )
     more = len(files) - limit
     note = (
@@ -198,8 +247,9 @@ def render_html(report: ReportData, *, plots: bool = True) -> str:
 &middot; {s.get("seconds", 0):.2f} s</p>
 <h2>Summary</h2>{_summary_table(report)}
 <h2>Findings by check</h2>{_checks_table(report)}
+{_samples_table(report)}
 {"<h2>Plots</h2>" + _plots_section(report) if plots else ""}
-<h2>Files</h2>{_files_table(report, MAX_FILE_ROWS)}
+<h2>Files</h2>{_files_table(report, MAX_FILE_ROWS, samples_column=True)}
 </body></html>
 """
 

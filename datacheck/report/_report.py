@@ -56,6 +56,19 @@ class Report(ReportData):
 
         return clean_copy(self, dest, severity=severity, overwrite=overwrite)
 
+    def samples(self, per: str = "check", k: int = 5) -> pd.DataFrame:
+        """The first ``k`` findings of each check (``per="check"``) or file (``per="path"``),
+        errors first: path, row, column, check, severity, value (or message), count."""
+        import pandas as pd
+
+        from datacheck.errors import UsageError
+        from datacheck.report._samples import COLUMNS, sample_findings
+
+        if per not in ("check", "path") or k < 1:
+            raise UsageError(f"samples(per={per!r}, k={k!r}): per is 'check' or 'path', k >= 1")
+        rows = sample_findings(self, per, k)
+        return pd.DataFrame(rows, columns=COLUMNS).astype({"row": "Int64", "count": "Int64"})
+
     @property
     def plot(self) -> Any:
         """Plots (matplotlib Figures): ``by_shard()``, ``column(name)``, ``stats(name)``,

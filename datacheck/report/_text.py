@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from datacheck.report._data import MANIFEST, ReportData
 
@@ -32,7 +33,57 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
 
 
-def render_text(report: ReportData) -> str:
+SHOW = 5
+"""Sample findings shown per check under the table (``--show N``)."""
+_VALUE_WIDTH = 110
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _clip_left(text: str, width: int) -> str:
+    """A long path keeps its end (the file name and row)."""
+    return text if len(text) <= width else "..." + text[-(width - 3) :]
+
+
+def _where(f: dict[str, Any]) -> str:
+    path = display_path(str(f["path"]))
+    return path if f["row"] is None else f"{path}:{f['row']}"
+
+
+def sample_lines(report: ReportData, show: int = SHOW) -> list[str]:
+    """The first ``show`` findings of each check (file:row, column, value or message)."""
+    from datacheck.report._samples import sample_findings
+
+    if show < 1 or not report.summary["sites"]:
+        return []
+    samples = sample_findings(report, "check", show, exclude=("corrupt",))
+    if not samples:
+        return []
+    where = min(max(len(_where(f)) for f in samples), 48)
+    column = min(max(len(str(f["column"] or "-")) for f in samples), 20)
+    lines = ["", f"findings (first {show} per check; all in {MANIFEST}):"]
+    by_check: dict[str, list[dict[str, Any]]] = {}
+    for f in samples:
+        by_check.setdefault(f["check"], []).append(f)
+    for check, found in by_check.items():
+        for f in found:
+            value = "-" if f["value"] is None else str(f["value"])
+            if (f["count"] or 1) > 1:
+                value += f"  ({f['count']:,} bad elements)"
+            lines.append(
+                f"  {check:<14}{_clip_left(_where(f), 48):<{where}}  "
+                f"{_clip(str(f['column'] or '-'), 20):<{column}}  {_clip(value, _VALUE_WIDTH)}"
+            )
+        total = sum(report.summary["sites"].get(check, {}).values())
+        if total > len(found):
+            lines.append(f"  {check:<14}... and {total - len(found):,} more")
+    return lines
+
+
+def render_text(report: ReportData, show: int = SHOW) -> str:
+    """The terminal summary: counts, per-check table, sample findings, corrupt files, verdict."""
     s = report.summary
     st = s["status"]
     lines = [
@@ -48,6 +99,7 @@ def render_text(report: ReportData) -> str:
                 f"  {check:<14}{by_sev.get('error', 0):>10,}{by_sev.get('warning', 0):>10,}"
                 f"{s['values'].get(check, 0):>12,}"
             )
+    lines += sample_lines(report, show)
     corrupt = [f for f in report.data["files"] if f["status"] == "corrupt"]
     if corrupt:
         lines.append("")

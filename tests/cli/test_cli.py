@@ -214,3 +214,19 @@ def test_one_file_is_one_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     (tmp_path / "a.csv").write_text("x\n1.0\n")
     assert main(["scan", str(tmp_path / "a.csv"), "--out", str(tmp_path / "o")]) == 0
     assert "scanned 1 file (1 ok, 0 flagged, 0 corrupt), 1 row," in capsys.readouterr().out
+
+
+def test_sample_findings_under_the_table(demo_dir: Path, tmp_path: Path) -> None:
+    schema = str(demo_dir / "schema.yaml")
+    r = run("scan", str(demo_dir), "--schema", schema, "--out", str(tmp_path / "o"), "--show", "1")
+    assert "findings (first 1 per check; all in quarantine.parquet):" in r.stdout
+    lines = r.stdout.splitlines()
+    (nan,) = [ln for ln in lines if ln.startswith("  nan ") and "shard-" in ln]
+    assert nan.split()[1].endswith("/train/shard-001.parquet:17")
+    assert nan.split()[2:] == ["x1", "nan"]
+    assert "  nan           ... and 3 more" in lines
+    (oor,) = [ln for ln in lines if ln.startswith("  out_of_range ") and "shard-" in ln]
+    assert oor.split()[1].endswith("/train/shard-003.csv:20")
+    assert oor.split()[2:] == ["label", "12"]
+    quiet = run("report", str(tmp_path / "o"), "--show", "0")
+    assert quiet.returncode == 1 and "findings (first" not in quiet.stdout

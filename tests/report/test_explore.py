@@ -360,3 +360,21 @@ def test_clean_copy_keeps_the_delimiter_of_the_file_not_of_its_folder(tmp_path: 
     report.clean_copy(tmp_path / "out")
     assert (tmp_path / "out" / "data.csv").read_text().splitlines() == ['"a","b"', "2,3"]
     assert (tmp_path / "out" / "t.tsv").read_text().splitlines() == ['"a"\t"b"', "2\t3"]
+
+
+def test_samples_per_check_and_per_file(demo_report: dc.Report) -> None:
+    per_check = demo_report.samples(k=2)
+    assert per_check.groupby("check").size().to_dict() == {
+        "corrupt": 1,
+        "extreme": 2,
+        "inf": 2,
+        "nan": 2,
+        "null": 1,
+        "out_of_range": 1,
+    }
+    oor = per_check[per_check["check"] == "out_of_range"].iloc[0]
+    assert (oor["row"], oor["column"], oor["value"]) == (20, "label", "12")
+    per_file = demo_report.samples(per="path", k=1)
+    assert len(per_file) == 4  # the 4 files with findings
+    with pytest.raises(UsageError, match="per is 'check' or 'path'"):
+        demo_report.samples(per="column")

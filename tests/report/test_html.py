@@ -338,3 +338,23 @@ def test_chromium_renders_every_check_with_the_report_numbers(
     cells = _parse(proc.stdout)
     _assert_matches_report_json(cells, out)
     assert len(cells.imgs) == 7
+
+
+def test_every_check_page_shows_sample_findings_from_the_manifest(
+    every_check: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = every_check
+    cells = _parse((out / "report.html").read_text())
+    findings = dc.load_report(out).findings
+    import pandas as pd
+
+    sites = {
+        (r.check, r.path, None if pd.isna(r.row) else int(r.row)) for r in findings.itertuples()
+    }
+    shown = [r for r in cells.rows["samples"] if "data-check" in r]
+    assert {r["data-check"] for r in shown} == set(dc.load_report(out).summary["sites"])
+    for r in shown:
+        row = int(r["row"]) if "row" in r else None
+        assert (r["data-check"], r["data-path"], row) in sites, r
+    text = (out / "report.html").read_text()
+    assert "x row 3 nan: nan" in text  # the first findings of each file
