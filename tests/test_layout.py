@@ -180,6 +180,8 @@ PUBLIC_FACES = {
         "indices_from_scan",
         "read_quarantine",
     ],
+    "datacheck.torch.integrations.hf": ["GuardedTrainer"],
+    "datacheck.torch.integrations.lightning": ["GuardCallback"],
 }
 
 
