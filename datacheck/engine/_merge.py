@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -73,22 +74,54 @@ def _dtype_kind(dtype: str, fmt: str) -> str | None:
     return dtype
 
 
-def _group_key(entry: dict[str, Any], roots: dict[str, str]) -> tuple[str, str]:
-    return roots.get(entry["path"], ""), entry["format"]
+def _name_pattern(path: str, root: str) -> str:
+    """A shard's path under its input root with every run of digits as ``#``:
+    ``day=2024-01-02/part-00003.parquet`` -> ``day=#-#-#/part-#.parquet``."""
+    rel = path[len(root) :] if root and path.startswith(root) else path.rsplit("/", 1)[-1]
+    return re.sub(r"\d+", "#", rel.lstrip("/"))
+
+
+def dataset_groups(
+    entries: list[dict[str, Any]], roots: dict[str, str]
+) -> list[list[dict[str, Any]]]:
+    """Files that are shards of one dataset: under the same input root, in the same format,
+    and either named alike (the same path pattern up to digits: ``part-0001``, ``part-0002``,
+    hive folders ``day=2024-01-01``) or holding the same column names.  Two unrelated tables
+    side by side (``iris.parquet``, ``diabetes.parquet``) are two datasets."""
+    parent = list(range(len(entries)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[tuple[Any, ...], int] = {}
+    for i, e in enumerate(entries):
+        root = roots.get(e["path"], "")
+        keys = [
+            (root, e["format"], "name", _name_pattern(e["path"], root)),
+            (root, e["format"], "columns", tuple(sorted(e["columns"]))),
+        ]
+        for key in keys:
+            j = first.setdefault(key, i)
+            parent[find(i)] = find(j)
+    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for i, e in enumerate(entries):
+        groups[find(i)].append(e)
+    return list(groups.values())
 
 
 def shard_dtype_findings(entries: list[dict[str, Any]], roots: dict[str, str]) -> list[fnd.Finding]:
     """A column whose dtype differs from the other shards of the same dataset.
 
-    Shards are grouped by input root and format; the majority dtype of each column is the
+    Shards are grouped by :func:`dataset_groups`; the majority dtype of each column is the
     reference.  Corrupt files are left out (their columns are unknown).
     """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for e in entries:
-        if e["status"] != "corrupt" and e["columns"]:
-            groups[_group_key(e, roots)].append(e)
+    readable = [e for e in entries if e["status"] != "corrupt" and e["columns"]]
+    groups = dataset_groups(readable, roots)
     out: list[fnd.Finding] = []
-    for members in groups.values():
+    for members in groups:
         if len(members) < 2:
             continue
         dtypes: dict[str, Counter[str]] = defaultdict(Counter)

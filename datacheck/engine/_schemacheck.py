@@ -32,6 +32,40 @@ Emit = Callable[[str | None, Hits, int], None]
 """Where hits go: ``(column, hits, row_offset)``."""
 
 
+_FLOAT_DTYPE = re.compile(r"^float", re.IGNORECASE)
+
+
+def _parse_type(dname: str | None) -> pa.DataType | None:
+    """What a CSV column of this dtype is parsed as: float64 for integers (a ``nan`` or a
+    ``1.5`` in an integer column is data to check), the float's own width otherwise."""
+    t = arrow_type_for(dname)
+    if t is None or pa.types.is_string(t):
+        return None
+    return pa.float64() if pa.types.is_integer(t) else t
+
+
+def _parse(name: str, arr: pa.Array, target: pa.DataType, offset: int, emit: Emit) -> pa.Array:
+    """Text cells -> numbers; a cell that is not a number is a ``schema`` finding at its row
+    (then null)."""
+    import pyarrow.compute as pc
+
+    try:
+        return pc.cast(arr, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    import pandas as pd
+
+    series = arr.to_pandas()
+    parsed = pd.to_numeric(series, errors="coerce")
+    spelled_nan = series.str.strip().str.lower().isin(["nan", "+nan", "-nan"])
+    bad = (parsed.isna() & series.notna() & ~spelled_nan).to_numpy()
+    h = group_by_row("schema", ERR, bad, RowMap(len(arr)), None)
+    if h is not None:
+        emit(name, h, offset)
+    values = parsed.astype("float64").to_numpy()
+    return pc.cast(pa.array(values, mask=~(series.notna().to_numpy() & ~bad)), target)
+
+
 def _severity(check: Any) -> Severity:
     return Severity.WARNING if getattr(check, "raise_warning", False) else ERR
 
@@ -51,7 +85,11 @@ def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:
 class SchemaRun:
     """Schema checks of one work unit (the whole file when the schema needs every row)."""
 
-    def __init__(self, schema: CompiledSchema, path: str, arrow_schema: Any) -> None:
+    def __init__(
+        self, schema: CompiledSchema, path: str, arrow_schema: Any, text: bool = False
+    ) -> None:
+        self.text = text
+        """A CSV: the schema's numeric columns arrive as text, parsed here cell by cell."""
         self.schema = schema
         self.path = path
         self.arrow_schema = arrow_schema
@@ -63,6 +101,16 @@ class SchemaRun:
         self.frame_parts: dict[int, list[pa.Table]] = {}
         self.frame_aggregate: set[int] = set()
         self.errors: dict[tuple[str | None, str], fnd.Finding] = {}
+
+    def parsed_columns(self, columns: dict[str, str]) -> dict[str, str]:
+        """The types a CSV's numeric columns are reported with (they were read as text)."""
+        if not self.text:
+            return {}
+        return {
+            n: str(t)
+            for n, t in self.schema.arrow_types.items()
+            if columns.get(n) == "string" and _parse_type(self.schema.columns[n].dtype)
+        }
 
     # --- per column ---------------------------------------------------------------------
 
@@ -79,7 +127,11 @@ class SchemaRun:
         spec = self.spec(name)
         if spec is None:
             return arr, default_rules(is_float, numeric)
-        if spec.coerce and not dtype_matches(spec.dtype, arr.type):
+        if self.text and pa.types.is_string(arr.type) and (target := _parse_type(spec.dtype)):
+            arr = _parse(name, arr, target, offset, emit)
+            is_float = _FLOAT_DTYPE.match(spec.dtype or "") is not None
+            numeric = True
+        elif spec.coerce and not dtype_matches(spec.dtype, arr.type):
             arr = self._coerce(name, spec, arr, offset, emit)
             is_float = pa.types.is_floating(arr.type)
             numeric = is_float or pa.types.is_integer(arr.type)
@@ -308,7 +360,7 @@ def file_findings(
             if spec.required and not spec.fill and name not in partition_columns:
                 out.append(fnd.Finding(path, "schema", ERR, "column missing", column=name))
             continue
-        out += _dtype_finding(path, name, types.get(name), spec)
+        out += _dtype_finding(path, name, types.get(name), spec, run.text)
     for name, spec in run.index_specs.items():
         out += _dtype_finding(path, name, types.get(name), spec)
     if schema.index and not run.stored_index:
@@ -336,9 +388,13 @@ def file_findings(
     return out
 
 
-def _dtype_finding(path: str, name: str, t: Any, spec: ColumnSpec) -> list[fnd.Finding]:
+def _dtype_finding(
+    path: str, name: str, t: Any, spec: ColumnSpec, text: bool = False
+) -> list[fnd.Finding]:
     if t is None or spec.dtype is None or dtype_matches(spec.dtype, t):
         return []
+    if pa.types.is_string(t) and _parse_type(spec.dtype) is not None and text:
+        return []  # a CSV's numeric column, read as text and parsed cell by cell
     if spec.coerce and coercible(spec.dtype, t):
         return []
     msg = f"dtype {t}, schema says {spec.dtype}"

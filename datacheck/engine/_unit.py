@@ -258,7 +258,7 @@ def scan_unit(
     errors: list[str] = []
     opts = dict(options or {})
     if schema is not None:
-        opts.setdefault("arrow_types", schema.arrow_types)
+        opts.setdefault("arrow_types", schema.arrow_types_for(unit.format))
         if schema.media is not None:
             opts.setdefault("media", schema.media)
     try:
@@ -271,7 +271,8 @@ def scan_unit(
         tabular = get_format(unit.format).tabular
         run = None
         if schema is not None and tabular:
-            run = SchemaRun(schema, unit.path, opened.arrow_schema)
+            run = SchemaRun(schema, unit.path, opened.arrow_schema, unit.format == "csv")
+            res.columns.update(run.parsed_columns(res.columns))
             if unit.part == 0:
                 col.findings(run.file_findings(res.columns, unit.partition_columns))
         profiler = Profiler(sketch) if profile else None

@@ -176,6 +176,16 @@ class CompiledSchema:
             return (_from_bytes, (cloudpickle.dumps(state),))
         return (_from_state, (state,))
 
+    def arrow_types_for(self, fmt: str) -> Mapping[str, Any]:
+        """The types to read a text format with.  CSV reads numeric columns as text, parsed
+        cell by cell in the scan: a cell like ``#DIV/0!`` is a finding at its row, not a
+        file the reader gives up on."""
+        if fmt != "csv":
+            return self.arrow_types
+        import pyarrow as pa
+
+        return {n: pa.string() for n in self.arrow_types}
+
     def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
         spec = self.spec_for(name)
         if spec is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -346,3 +347,41 @@ def test_only_regular_files(tmp_path: Path) -> None:
 def test_what_cannot_run_is_refused(schema) -> None:
     with pytest.raises(SchemaError):
         load_schema(schema)
+
+
+def test_19_a_text_cell_in_a_numeric_csv_column(tmp_path: Path) -> None:
+    p = tmp_path / "d.csv"
+    p.write_text("id,ratio,n\n1,0.5,1\n2,#DIV/0!,2\n3,nan,x\n4,7,4\n5,,5\n")
+    schema = pa_.DataFrameSchema(
+        {
+            "id": pa_.Column(int),
+            "ratio": pa_.Column(float, pa_.Check.le(1), nullable=True),
+            "n": pa_.Column(int, nullable=True),
+        }
+    )
+    r = datacheck.scan(p, schema=schema, out=tmp_path / "o")
+    assert r.files.status.tolist() == ["flagged"]
+    assert _sites(r) == {
+        (1, "ratio", "schema", "error"),  # the cell, at its row, with its column
+        (2, "ratio", "nan", "error"),
+        (3, "ratio", "out_of_range", "error"),
+        (2, "n", "schema", "error"),
+    }
+    doc = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert doc["files"][0]["columns"]["ratio"] == "double"
+
+
+def test_20_a_dataset_is_shards_named_alike_or_with_the_same_columns(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    d.mkdir()
+    pq.write_table(pa.table({"sepal": [1.0], "target": [0]}), d / "iris.parquet")
+    pq.write_table(pa.table({"bmi": [1.0], "target": [0.5]}), d / "diabetes.parquet")
+    r = datacheck.scan(d, out=tmp_path / "o")
+    assert r.findings.empty  # two tables side by side, not shards of one
+    for i, t in enumerate([pa.int64(), pa.int64(), pa.float64()]):
+        pq.write_table(pa.table({"x": pa.array([1], t)}), d / f"part-{i:04d}.parquet")
+    r = datacheck.scan(d, out=tmp_path / "o2")
+    f = r.findings
+    assert list(zip(f.path.str.rsplit("/", n=1).str[-1], f.check, strict=True)) == [
+        ("part-0002.parquet", "schema")
+    ]
