@@ -41,6 +41,10 @@ class ScanConfig:
     """Read files in worker processes, where a reader that crashes (a segfault on a damaged
     file) cannot end the scan.  False runs the ``inprocess`` executor in this very process:
     no worker to start, but a crash then ends the scan and there is no time limit."""
+    unit_memory_mb: int | None = None
+    """MiB of memory a worker may hold while reading one unit before the file is reported
+    ``corrupt`` (0: no limit; default: half this machine's memory shared by the workers, at
+    least 2 GiB).  Not enforced on ``distributed`` or with ``isolate=False``."""
     follow_symlinks: bool = False
     """Read symlinks inside input folders that lead outside them, and symlinked folders
     (otherwise listed under ``ignored`` with the reason)."""
@@ -67,6 +71,8 @@ class ScanConfig:
         if self.workers is not None and self.workers < 1:
             raise UsageError(f"workers must be >= 1, got {self.workers}")
         check_executor(self.executor)
+        if self.unit_memory_mb is not None and self.unit_memory_mb < 0:
+            raise UsageError(f"unit_memory_mb must be >= 0, got {self.unit_memory_mb}")
         if self.unit_timeout is not None and not self.unit_timeout >= 0:
             raise UsageError(f"unit_timeout must be >= 0 seconds, got {self.unit_timeout}")
         if self.unit_bytes < 1 << 20:
@@ -102,6 +108,8 @@ class ScanConfig:
         if self.executor != "distributed":
             opts.setdefault("isolate", self.isolate)
             opts.setdefault("unit_timeout", self.unit_timeout)
+            mb = self.unit_memory_mb
+            opts.setdefault("unit_memory", None if mb is None else mb << 20)
         if self.scheduler is not None:
             opts["scheduler"] = self.scheduler
         if self.client is not None:

@@ -2,7 +2,7 @@
 
 ``*.poison`` exits at once (``os._exit``), ``*.segv`` segfaults for real (a read of address 0),
 ``*.abort`` aborts (``SIGABRT``, as a failed C++ assertion does), ``*.hang`` never returns,
-``*.flaky`` dies the first time only (it leaves ``<file>.seen`` behind), then reads as empty.
+``*.hog`` allocates memory until it is stopped, ``*.flaky`` dies the first time only (it leaves ``<file>.seen`` behind), then reads as empty.
 Workers import this module themselves (the scan preloads the modules of plugin formats; dask
 workers may also ``--preload _poison_format`` with ``tests/`` on PYTHONPATH); the test process
 imports it so that discovery recognises these files.  Never open such a file in the test
@@ -54,6 +54,17 @@ class HangFormat(Format):
             time.sleep(1)
 
 
+class HogFormat(Format):
+    name = "hog"
+    extensions = (".hog",)
+
+    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        held = []
+        while True:
+            held.append(bytearray(64 << 20))  # touched: resident, as a decompression bomb's
+            time.sleep(0.01)
+
+
 class FlakyFormat(Format):
     name = "flaky"
     extensions = (".flaky",)
@@ -66,5 +77,12 @@ class FlakyFormat(Format):
         return Opened({}, iter(()))
 
 
-for _fmt in (PoisonFormat(), SegfaultFormat(), AbortFormat(), HangFormat(), FlakyFormat()):
+for _fmt in (
+    PoisonFormat(),
+    SegfaultFormat(),
+    AbortFormat(),
+    HangFormat(),
+    HogFormat(),
+    FlakyFormat(),
+):
     register(_fmt)

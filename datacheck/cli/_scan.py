@@ -64,6 +64,13 @@ def add_parser(sub: Any) -> None:
         "(default: 300 s plus 1 s per 4 MiB; 0: no limit)",
     )
     p.add_argument(
+        "--unit-memory-mb",
+        type=int,
+        metavar="MIB",
+        help="report a file corrupt when reading one unit of it needs more memory "
+        "(default: half the machine's memory shared by the workers, at least 2048; 0: no limit)",
+    )
+    p.add_argument(
         "--follow-symlinks",
         action="store_true",
         help="read symlinks that lead outside the input folders, and symlinked folders "
@@ -130,6 +137,7 @@ def _run_scan(args: argparse.Namespace) -> int:
         executor=args.executor,
         isolate=args.isolate,
         follow_symlinks=args.follow_symlinks,
+        unit_memory_mb=args.unit_memory_mb,
         unit_timeout=args.unit_timeout,
         unit_bytes=args.unit_mb << 20,
         scheduler=args.scheduler,

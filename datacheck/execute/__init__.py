@@ -66,6 +66,7 @@ def run_units(
     on_poison: OnPoison,
     isolate: bool = True,
     unit_timeout: float | None = None,
+    unit_memory: int | None = None,
     preload: Sequence[str] = (),
     **kwargs: Any,
 ) -> Iterator[Any]:
@@ -81,6 +82,8 @@ def run_units(
             limit); the other executors always isolate.
         unit_timeout: seconds a unit may run on the local executors (0: no limit; None: 300 s
             plus a second per 4 MiB of the unit).
+        unit_memory: bytes of memory a local worker may hold while reading a unit (0: no
+            limit; None: half the machine's memory shared by the workers, at least 2 GiB).
         preload: modules workers import first (plugin formats).
         kwargs: options of the ``distributed`` executor.
     """
@@ -96,5 +99,12 @@ def run_units(
         return run_distributed(fn, units, workers, on_poison=on_poison, **kwargs)
     runner = run_processes if executor == "processes" else run_inprocess
     return runner(
-        fn, units, workers, on_poison, isolate=isolate, unit_timeout=unit_timeout, preload=preload
+        fn,
+        units,
+        workers,
+        on_poison,
+        isolate=isolate,
+        unit_timeout=unit_timeout,
+        unit_memory=unit_memory,
+        preload=preload,
     )

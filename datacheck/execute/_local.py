@@ -36,11 +36,20 @@ def run_inprocess(
     *,
     isolate: bool = True,
     unit_timeout: float | None = None,
+    unit_memory: int | None = None,
     preload: Sequence[str] = (),
 ) -> Iterator[Any]:
     """One unit after another: in one worker process, or here when ``isolate`` is False."""
     if isolate:
-        return run_isolated(fn, units, 1, on_poison, unit_timeout=unit_timeout, preload=preload)
+        return run_isolated(
+            fn,
+            units,
+            1,
+            on_poison,
+            unit_timeout=unit_timeout,
+            unit_memory=unit_memory,
+            preload=preload,
+        )
     return (fn(unit) for unit in units)
 
 
@@ -52,7 +61,16 @@ def run_processes(
     *,
     isolate: bool = True,
     unit_timeout: float | None = None,
+    unit_memory: int | None = None,
     preload: Sequence[str] = (),
 ) -> Iterator[Any]:
     """Units on ``workers`` worker processes (always isolated)."""
-    return run_isolated(fn, units, workers, on_poison, unit_timeout=unit_timeout, preload=preload)
+    return run_isolated(
+        fn,
+        units,
+        workers,
+        on_poison,
+        unit_timeout=unit_timeout,
+        unit_memory=unit_memory,
+        preload=preload,
+    )

@@ -37,7 +37,7 @@ from typing import Any
 
 from datacheck.execute._base import OnPoison, Unit, UnitFn
 
-__all__ = ["RemoteTraceback", "prestart", "run_isolated", "unit_time_limit"]
+__all__ = ["RemoteTraceback", "memory_limit", "prestart", "run_isolated", "unit_time_limit"]
 
 _CTX = mp.get_context("spawn")  # no fork: Arrow's thread pools do not survive it
 _IDLE: list[_Worker] = []
@@ -47,6 +47,9 @@ _MAX_IDLE = 64
 TIMEOUT_BASE_S = 300.0
 """Default time limit of a unit: this, plus one second per :data:`TIMEOUT_BYTES_PER_S`."""
 TIMEOUT_BYTES_PER_S = 4 << 20
+MEMORY_POLL_S = 0.2
+"""How often a busy worker's memory is read against its limit."""
+MIN_MEMORY = 2 << 30
 STARTUP_S = 120.0
 """Extra time a worker has to start and import before its unit's time limit counts."""
 
@@ -57,6 +60,31 @@ def unit_time_limit(unit: Unit, unit_timeout: float | None) -> float:
     if unit_timeout is None:
         return TIMEOUT_BASE_S + (unit.size // max(unit.n_parts, 1)) / TIMEOUT_BYTES_PER_S
     return unit_timeout if unit_timeout > 0 else math.inf
+
+
+def memory_limit(workers: int, unit_memory: int | None) -> float:
+    """Bytes of anonymous memory a worker may hold: ``unit_memory`` if given (0: no limit),
+    else half this machine's memory shared by the workers, at least 2 GiB."""
+    if unit_memory is not None:
+        return unit_memory if unit_memory > 0 else math.inf
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return math.inf
+    return max(MIN_MEMORY, total // 2 // max(workers, 1))
+
+
+def _anon_bytes(pid: int | None) -> int:
+    """A process's anonymous resident memory (mapped file pages excluded: they are the page
+    cache's); 0 where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 class RemoteTraceback(Exception):
@@ -221,15 +249,17 @@ def run_isolated(
     on_poison: OnPoison,
     *,
     unit_timeout: float | None = None,
+    unit_memory: int | None = None,
     preload: Sequence[str] = (),
 ) -> Iterator[Any]:
     """Run ``fn`` over ``units`` on ``workers`` isolated processes, yielding results as they
-    finish; a unit that kills two processes, or runs past its time limit, yields
-    ``on_poison(unit, message)``.
+    finish; a unit that kills two processes, runs past its time limit or holds more memory than
+    its limit yields ``on_poison(unit, message)``.
 
     Args:
         preload: modules every worker imports first (formats registered by plugins).
         unit_timeout: seconds a unit may run (0: no limit; None: :func:`unit_time_limit`).
+        unit_memory: bytes a worker may hold (0: no limit; None: :func:`memory_limit`).
     """
     if not units:
         return
@@ -245,6 +275,7 @@ def run_isolated(
     size = min(workers, len(units))
     idle = _take(size, modules)
     busy: dict[Connection, _Worker] = {}
+    memory = memory_limit(workers, unit_memory)
     try:
         while todo or busy:
             while todo and (idle or len(busy) < size):
@@ -258,7 +289,7 @@ def run_isolated(
                     todo.appendleft(i)
                     continue
                 busy[w.conn] = w
-            yield from _collect(busy, idle, todo, crashes, on_poison)
+            yield from _collect(busy, idle, todo, crashes, on_poison, memory)
     finally:
         for w in busy.values():  # an early close, Ctrl-C, SIGTERM: abandon the running units
             w.kill()
@@ -271,10 +302,14 @@ def _collect(
     todo: deque[int],
     crashes: Counter[int],
     on_poison: OnPoison,
+    memory: float = math.inf,
 ) -> Iterator[Any]:
-    """Wait for the next busy workers to finish, die or run out of time; yield what ends."""
+    """Wait for the next busy workers to finish, die, run out of time or of memory; yield
+    what ends."""
     now = time.monotonic()
     timeout = max(0.0, min(w.deadline for w in busy.values()) - now)
+    if not math.isinf(memory):
+        timeout = min(timeout, MEMORY_POLL_S)
     sentinels = {w.proc.sentinel: w for w in busy.values()}
     ready = wait([*busy, *sentinels], timeout=None if math.isinf(timeout) else timeout)
     ended = {busy[r] if r in busy else sentinels[r] for r in ready}  # type: ignore[index]
@@ -302,6 +337,11 @@ def _collect(
             del busy[conn]
             w.kill()
             yield on_poison(w.unit, f"the reader timed out after {w.limit:g} s")
+        elif not math.isinf(memory) and _anon_bytes(w.proc.pid) > memory:
+            del busy[conn]
+            w.kill()
+            mib = memory / (1 << 20)
+            yield on_poison(w.unit, f"the reader needed more than {mib:,.0f} MiB on this file")
 
 
 def _receive(w: _Worker) -> tuple[Any, ...] | None:

@@ -14,7 +14,7 @@ import pytest
 import datacheck
 from datacheck.errors import UsageError
 from datacheck.execute import run_units
-from datacheck.execute._workers import RemoteTraceback, unit_time_limit
+from datacheck.execute._workers import RemoteTraceback, memory_limit, unit_time_limit
 from datacheck.formats import WorkUnit
 
 
@@ -48,6 +48,18 @@ def test_a_reader_past_its_time_limit_is_corrupt(data: Path, executor: str) -> N
     assert files.loc[str(data / "ok.parquet"), "status"] == "flagged"
 
 
+@pytest.mark.parametrize("executor", ["inprocess", "processes"])
+def test_a_reader_past_its_memory_limit_is_corrupt(data: Path, executor: str) -> None:
+    (data / "bomb.hog").write_bytes(b"")
+    report = datacheck.scan(
+        data, out=data.parent / "out", executor=executor, workers=2, unit_memory_mb=400
+    )
+    files = report.files.set_index("path")
+    error = files.loc[str(data / "bomb.hog"), "error"]
+    assert error == "the reader needed more than 400 MiB on this file"
+    assert files.loc[str(data / "ok.parquet"), "status"] == "flagged"
+
+
 def test_default_time_limit_grows_with_the_unit() -> None:
     small = WorkUnit("a", "parquet", 1000, 0.0)
     big = WorkUnit("b", "parquet", 8 << 30, 0.0, n_parts=2)
@@ -56,6 +68,9 @@ def test_default_time_limit_grows_with_the_unit() -> None:
     assert unit_time_limit(big, 5) == 5 and unit_time_limit(big, 0) == float("inf")
     with pytest.raises(UsageError, match="unit_timeout"):
         datacheck.ScanConfig(unit_timeout=-1)
+    with pytest.raises(UsageError, match="unit_memory_mb"):
+        datacheck.ScanConfig(unit_memory_mb=-1)
+    assert memory_limit(4, None) >= 2 << 30 and memory_limit(4, 0) == float("inf")
 
 
 def _buggy(unit: int) -> int:
