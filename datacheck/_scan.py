@@ -15,7 +15,13 @@ from typing import Any
 
 from datacheck.engine._discover import discover_files, plan_units
 from datacheck.engine._journal import Journal
-from datacheck.engine._merge import apply_extra, file_entries, shard_dtype_findings, write_manifest
+from datacheck.engine._merge import (
+    apply_extra,
+    file_entries,
+    media_folders,
+    shard_dtype_findings,
+    write_manifest,
+)
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
 from datacheck.errors import UsageError
 from datacheck.execute import check_executor, default_workers, prestart, run_units
@@ -331,7 +337,7 @@ def scan(
         **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
         "workers": workers,
     }
-    doc = write_report_json(
-        out_dir, settings, entries, ignored, time.perf_counter() - start, ignored_why
-    )
+    media = media_folders(entries, results)
+    seconds = time.perf_counter() - start
+    doc = write_report_json(out_dir, settings, entries, ignored, seconds, ignored_why, media=media)
     return Report(out_dir, doc, _keepalive=keepalive)

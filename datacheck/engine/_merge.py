@@ -13,7 +13,10 @@ from datacheck import findings as fnd
 from datacheck.checks._registry import Severity
 from datacheck.engine._unit import UnitResult
 
-__all__ = ["apply_extra", "file_entries", "shard_dtype_findings", "write_manifest"]
+__all__ = ["apply_extra", "file_entries", "media_folders", "shard_dtype_findings", "write_manifest"]
+
+MEDIA_FORMATS = ("image", "audio")
+"""Formats with one file per sample, summarised per folder in the report."""
 
 
 def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
@@ -49,6 +52,39 @@ def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
             }
         )
     return entries
+
+
+def media_folders(entries: list[dict[str, Any]], results: list[UnitResult]) -> list[dict[str, Any]]:
+    """Per folder of images / audio files: files by status, bytes and decode throughput.
+
+    ``decode_seconds`` is summed over workers (each unit's own time), so ``per_second`` is the
+    files one worker decodes per second, whatever the number of workers.
+    """
+    seconds: dict[str, float] = defaultdict(float)
+    for r in results:
+        if r.format in MEDIA_FORMATS:
+            seconds[r.path] += r.seconds
+    folders: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in entries:
+        if e["format"] not in MEDIA_FORMATS:
+            continue
+        folder = e["path"].replace("\\", "/").rsplit("/", 1)[0]
+        d = folders.setdefault(
+            (folder, e["format"]),
+            {"folder": folder, "format": e["format"], "files": 0, "ok": 0, "flagged": 0}
+            | {"corrupt": 0, "bytes": 0, "decode_seconds": 0.0},
+        )
+        d["files"] += 1
+        d[e["status"]] += 1
+        d["bytes"] += e["bytes"]
+        d["decode_seconds"] += seconds[e["path"]]
+    out = []
+    for d in (folders[k] for k in sorted(folders)):
+        secs = d["decode_seconds"]
+        d["decode_seconds"] = round(secs, 3)
+        d["per_second"] = round(d["files"] / secs, 1) if secs > 0 else None
+        out.append(d)
+    return out
 
 
 _TEXT_FORMATS = {"csv", "jsonl"}

@@ -302,6 +302,8 @@ def scan_unit(
 def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
     res.counts = dict(col.counts)
     res.sites = {k: dict(v) for k, v in col.sites.items()}
+    if not col.tables:  # most units of a clean dataset (one per image): no table to build
+        return
     table = fnd.concat(col.tables)
     res.findings_rows = table.num_rows
     # A worker that cannot see parts_dir (remote cluster, no shared filesystem) sends the

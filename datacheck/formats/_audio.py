@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, register
 from datacheck.formats._image import DecodeError, Problem, read_bytes
 from datacheck.formats._tensor_common import SampleChunk
@@ -104,8 +105,6 @@ class AudioFormat(Format):
     tabular = False
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        from datacheck.findings import Finding
-
         problems = check_audio(read_bytes(unit.path))
         found = [Finding(unit.path, p.check, p.severity, p.message, AUDIO_KEY) for p in problems]
         chunk = SampleChunk(row_offset=0, tensors={}, samples=1, findings=found)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
 from datacheck.formats._tensor_common import SampleChunk
 from datacheck.schema._media import ImageRules, media_rules
@@ -95,19 +96,22 @@ def _own_bomb_guard(image: Any) -> Iterator[None]:
 
 
 def _decode(image: Any, data: bytes, rules: ImageRules) -> list[Problem]:
-    with image.open(io.BytesIO(data)) as im:
-        mode, size, fmt = im.mode, im.size, im.format
-        if (bomb := rules.bomb(size)) is not None:
+    im = image.open(io.BytesIO(data))
+    try:
+        if (bomb := rules.bomb(im.size)) is not None:
             return [Problem("schema", Severity.ERROR, bomb)]
-        problem = rules.header_problem(mode, size)
-        if fmt == "PNG":  # load() skips chunk CRCs; verify() checks them (cheap, no decode)
+        problem = rules.header_problem(im.mode, im.size)
+        if im.format == "PNG":  # load() skips chunk CRCs; verify() checks them (no decode)
             im.verify()
-    with image.open(io.BytesIO(data)) as im:
+            im.close()
+            im = image.open(io.BytesIO(data))  # verify() leaves the image unusable
         im.load()  # the full decode: a truncated file fails only here
         out = [Problem("schema", Severity.ERROR, problem)] if problem else []
         if rules.constant and _constant(im):
             out.append(Problem("constant", Severity.WARNING, "every pixel has one value"))
-    return out
+        return out
+    finally:
+        im.close()
 
 
 def _constant(im: Any) -> bool:
@@ -138,8 +142,6 @@ class ImageFormat(Format):
     tabular = False
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        from datacheck.findings import Finding
-
         problems = check_image(read_bytes(unit.path), media_rules(options).images)
         found = [Finding(unit.path, p.check, p.severity, p.message, IMAGE_KEY) for p in problems]
         chunk = SampleChunk(row_offset=0, tensors={}, samples=1, findings=found)

@@ -73,13 +73,17 @@ def write_report_json(
     ignored: Iterable[str],
     seconds: float,
     ignored_why: Mapping[str, str] | None = None,
+    media: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json``; ``ignored_why`` says why a path was refused (a FIFO, a symlink
-    out of the input folders) when it was not merely "not data"."""
+    out of the input folders) when it was not merely "not data"; ``media``: per-folder
+    image/audio counts and decode throughput (``summary.media``)."""
     from datacheck._version import __version__
 
     summary = summarise(files)
     summary["seconds"] = round(seconds, 3)
+    if media:
+        summary["media"] = media
     summary["exit_code"] = exit_code_for(summary["sites"], settings.get("fail_on", "error"))
     doc = {
         "format_version": FORMAT_VERSION,

@@ -82,6 +82,25 @@ def sample_lines(report: ReportData, show: int = SHOW) -> list[str]:
     return lines
 
 
+def _media_lines(folders: list[dict[str, Any]]) -> list[str]:
+    """Per folder of images/audio (``summary.media``): counts by status, decode throughput."""
+    if not folders:
+        return []
+    head = (
+        f"  {'media folder':<40}{'files':>8}{'ok':>8}{'flagged':>9}{'corrupt':>9}{'/s/worker':>11}"
+    )
+    lines = ["", head]
+    for d in folders[:10]:
+        rate = f"{d['per_second']:.0f}" if d.get("per_second") else "-"
+        lines.append(
+            f"  {_clip_left(display_path(d['folder']), 38):<40}{d['files']:>8,}{d['ok']:>8,}"
+            f"{d['flagged']:>9,}{d['corrupt']:>9,}{rate:>11}"
+        )
+    if len(folders) > 10:
+        lines.append(f"  ... and {len(folders) - 10} more folders (summary.media in report.json)")
+    return lines
+
+
 def render_text(report: ReportData, show: int = SHOW) -> str:
     """The terminal summary: counts, per-check table, sample findings, corrupt files, verdict."""
     s = report.summary
@@ -99,6 +118,7 @@ def render_text(report: ReportData, show: int = SHOW) -> str:
                 f"  {check:<14}{by_sev.get('error', 0):>10,}{by_sev.get('warning', 0):>10,}"
                 f"{s['values'].get(check, 0):>12,}"
             )
+    lines += _media_lines(s.get("media") or [])
     lines += sample_lines(report, show)
     corrupt = [f for f in report.data["files"] if f["status"] == "corrupt"]
     if corrupt:

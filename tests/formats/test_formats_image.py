@@ -182,3 +182,17 @@ def test_tar_image_members_decoded(mode: str, tmp_path: Path) -> None:
 def test_image_scan_in_worker_processes(tmp_path: Path) -> None:
     report = datacheck.scan(str(image_folder(tmp_path / "imgs")), executor="processes", workers=2)
     assert report.data["summary"]["status"] == {"ok": 6, "flagged": 1, "corrupt": 4}
+
+
+def test_report_summarises_image_folders(tmp_path: Path) -> None:
+    report = scan(image_folder(tmp_path / "imgs"))
+    media = {Path(d["folder"]).name: d for d in report.data["summary"]["media"]}
+    assert set(media) == {"cat", "dog", "bad"}
+    assert media["cat"]["files"] == media["cat"]["ok"] == 3
+    assert (media["bad"]["corrupt"], media["bad"]["flagged"]) == (4, 1)
+    assert all(d["format"] == "image" and d["decode_seconds"] > 0 for d in media.values())
+    assert media["cat"]["per_second"] > 0
+    from datacheck.report._text import render_text
+
+    text = render_text(report)
+    assert "media folder" in text and "cat" in text
