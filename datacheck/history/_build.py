@@ -37,29 +37,35 @@ class History:
 def _series(cols: Columns, keys: Keys) -> list[tuple[float | None, ...]]:
     """Per row: (step, loss, grad norm, lr, nan count, skipped count, scale)."""
     get = cols.get
+    signals = [
+        next((k for k in sorted(cols.cols) if role_of(k) == role), None)
+        for role in ("nan_count", "skipped_count", "scale")
+    ]
+    single = keys.loss[0] if len(keys.loss) == 1 else None
     out = []
     for i in range(cols.n):
-        parts = [get(k, i) for k in keys.loss]
-        loss = None if not parts or any(p is None for p in parts) else math.fsum(parts)  # type: ignore[arg-type]
-        if loss is None and parts and any(p is not None and math.isnan(p) for p in parts):
-            loss = math.nan
+        loss = get(single, i) if single is not None else _sum([get(k, i) for k in keys.loss])
         out.append(
             (
                 get(keys.step, i) if keys.step else None,
                 loss,
                 get(keys.grad_norm, i) if keys.grad_norm else None,
                 get(keys.lr, i) if keys.lr else None,
-                *(_role_value(cols, role, i) for role in ("nan_count", "skipped_count", "scale")),
+                *(get(k, i) if k else None for k in signals),
             )
         )
     return out
 
 
-def _role_value(cols: Columns, role: str, i: int) -> float | None:
-    for key in sorted(cols.cols):
-        if role_of(key) == role and (v := cols.get(key, i)) is not None:
-            return v
-    return None
+def _sum(parts: list[float | None]) -> float | None:
+    """The sum of loss components; NaN if one is NaN, ``None`` if one is missing."""
+    if not parts:
+        return None
+    if any(p is not None and math.isnan(p) for p in parts):
+        return math.nan
+    if any(p is None for p in parts):
+        return None
+    return math.fsum(p for p in parts if p is not None)
 
 
 def _steps(rows: list[tuple[float | None, ...]], counted: bool) -> tuple[list[float], int]:
@@ -143,28 +149,38 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
         if step is not None or ev.get("kind") not in ("checkpoint", "overflow", "nonfinite"):
             events.append({**ev, "step": step} if step is not None else ev)
     hist.events = sorted(events, key=lambda e: (e.get("step") is None, e.get("step") or 0))
-    _eval(hist, table)
+    _eval(hist, table, keys)
     _check(hist, keys, table, source)
     return hist
 
 
-def _eval(hist: History, table: Table) -> None:
-    cols = table.eval
-    key = eval_loss_key(cols, tagged=True) if cols.n else None
-    if key is None:
-        cols, key = table.train, eval_loss_key(table.train, tagged=False)
-    if key is None:
+def _eval_keys(table: Table, keys: Keys) -> tuple[Columns, tuple[str, ...]]:
+    """Evaluation rows and their loss key; the components' sum when the training loss is one."""
+    if table.eval.n and (key := eval_loss_key(table.eval, tagged=True)) is not None:
+        return table.eval, (key,)
+    cols = table.train
+    if len(keys.loss) > 1:
+        twins = tuple(k.replace("train_", "val_", 1) for k in keys.loss)
+        if all(t != k and t in cols.cols for t, k in zip(twins, keys.loss, strict=True)):
+            return cols, twins
+    key = eval_loss_key(cols, tagged=False)
+    return cols, () if key is None else (key,)
+
+
+def _eval(hist: History, table: Table, keys: Keys) -> None:
+    cols, eval_keys = _eval_keys(table, keys)
+    if not eval_keys:
         return
     counter = table.counter or step_key(cols)
     seen: dict[float, float] = {}
     for i in range(cols.n):
-        value = cols.get(key, i)
+        value = _sum([cols.get(k, i) for k in eval_keys])
         step = cols.get(counter, i) if counter else float(i)
         if value is not None and step is not None:
             seen.setdefault(step, value)
     hist.eval_steps = sorted(seen)
     hist.eval_loss = [seen[s] for s in hist.eval_steps]
-    hist.keys["eval_loss"] = key
+    hist.keys["eval_loss"] = "+".join(eval_keys)
 
 
 def _check(hist: History, keys: Keys, table: Table, source: str) -> None:

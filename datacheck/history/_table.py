@@ -99,16 +99,18 @@ class Columns:
 
     def add(self, row: Mapping[str, float]) -> int:
         """Append one row (already normalised and filtered); returns its index."""
+        cols, n = self.cols, self.n
         for key, value in row.items():
-            col = self.cols.get(key)
+            col = cols.get(key)
             if col is None:
-                col = self.cols[key] = array("d", [MISSING]) * self.n
+                col = cols[key] = array("d", [MISSING]) * n
             col.append(value)
-        self.n += 1
-        for key, col in self.cols.items():
-            if len(col) < self.n and key not in row:
-                col.append(MISSING)
-        return self.n - 1
+        self.n = n = n + 1
+        if len(row) < len(cols):
+            for col in cols.values():
+                if len(col) < n:
+                    col.append(MISSING)
+        return n - 1
 
     def tail(self, first: int) -> Columns:
         """The rows from ``first`` on (the same object when ``first`` is 0)."""

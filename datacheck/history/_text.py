@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,14 @@ _CKPT_STEP = (
 )
 
 
-def _wordy(segment: str) -> tuple[str, str] | None:
+_TOKEN = re.compile(rf"(?=[-+.\dnNiI])(?<![\w.])({_NUM})", re.IGNORECASE)  # cheap test first
+_CACHE_LIMIT = 4096
+
+Found = dict[str, tuple[float, int]]
+"""Values by normalised key, with where the value starts in the line (-1: not known)."""
+
+
+def _wordy(segment: str) -> tuple[str, int] | None:
     """``lm loss: 2.3`` / ``Current learning rate is 0.04``: a key of several words."""
     for sep in (":", " is "):
         at = segment.find(sep)
@@ -76,7 +84,7 @@ def _wordy(segment: str) -> tuple[str, str] | None:
         if " " in key.strip() and _WORDY_KEY.fullmatch(key):
             num = _NUM_AT.match(segment, at + len(sep))
             if num is not None:
-                return key.strip(), num.group(1)
+                return key.strip(), num.start(1)
     return None
 
 
@@ -90,47 +98,79 @@ def _dict_line(text: str) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) else None
 
 
-def _pairs(line: str) -> dict[str, float]:
-    row: dict[str, float] = {}
+def _segments(line: str) -> list[tuple[int, str]]:
+    out, start = [], 0
+    for m in _SEGMENTS.finditer(line):
+        out.append((start, line[start : m.start()]))
+        start = m.end()
+    out.append((start, line[start:]))
+    return out
+
+
+def _pairs(line: str) -> Found:
+    row: Found = {}
     text = line.strip()
     if text.startswith("{") and text.endswith("}") and (rec := _dict_line(text)) is not None:
         for key, value in rec.items():
             num = to_float(value)
             if num is not None:
-                row.setdefault(norm_key(str(key)), num)
+                row.setdefault(norm_key(str(key)), (num, -1))
         return row
-    for segment in _SEGMENTS.split(line):
+    for start, segment in _segments(line):
         wordy = _wordy(segment)
-        found = [wordy] if wordy else _PAIR.findall(segment)
-        for key, value in found:
-            row.setdefault(norm_key(key), float(value))
+        if wordy is not None:
+            key, at = wordy
+            row.setdefault(norm_key(key), (float(_NUM_AT.match(segment, at).group(1)), start + at))  # type: ignore[union-attr]
+            continue
+        for m in _PAIR.finditer(segment):
+            row.setdefault(norm_key(m.group(1)), (float(m.group(2)), start + m.start(2)))
     return row
 
 
 class _Context:
-    """State carried from line to line: the Keras epoch header."""
+    """State carried from line to line: the Keras epoch header, and the parse plans."""
 
     def __init__(self) -> None:
         self.keras_epoch: int | None = None
+        self.plans: dict[str, _Plan | None] = {}
 
 
-def _counters(line: str, row: dict[str, float], ctx: _Context) -> str | None:
-    """Set counters from the trainer's own shapes; return the mode (``train``/``val``) if said."""
+@dataclass(frozen=True)
+class _Plan:
+    """How to read every line of one shape (the line with its numbers blanked out)."""
+
+    values: tuple[tuple[str, int], ...]
+    """(key, number index) for each kept value."""
+    computed: tuple[tuple[str, str, tuple[int, ...]], ...]
+    """(key, op, number indices): ``mm`` (e-1)*n+i, ``frac`` a+k/n, ``keras`` epoch-1+k/n."""
+    tag: str
+    data: bool
+    """The row is data (has a value with a role other than the step)."""
+
+
+def _counters(
+    line: str, row: Found, ctx: _Context
+) -> tuple[str | None, list[tuple[str, str, tuple[int, ...]]]]:
+    """Counters from the trainer's own shapes: (mode said by the line, how they were computed)."""
     if (m := _MMENGINE.search(line)) is not None:
         kind, mode, first, i, n = m.groups()
         if kind == "Iter":
-            row["iteration"] = float(first)
-        elif i is not None:
-            row["iteration"] = (int(first) - 1) * int(n) + float(i)
-        return mode.lower()
+            row["iteration"] = (float(first), m.start(3))
+            return mode.lower(), []
+        if i is not None:
+            row["iteration"] = ((int(first) - 1) * int(n) + float(i), -1)
+            return mode.lower(), [("iteration", "mm", (m.start(3), m.start(4), m.start(5)))]
+        return mode.lower(), []
     if (m := _LIGHTNING.search(line)) is not None:
-        row["epoch"] = int(m.group(1)) + int(m.group(2)) / int(m.group(3))
-    elif ctx.keras_epoch is not None and (m := _KERAS_BATCH.match(line)) is not None:
-        row["epoch"] = ctx.keras_epoch - 1 + int(m.group(1)) / int(m.group(2))
-    return None
+        row["epoch"] = (int(m.group(1)) + int(m.group(2)) / int(m.group(3)), -1)
+        return None, [("epoch", "frac", (m.start(1), m.start(2), m.start(3)))]
+    if ctx.keras_epoch is not None and (m := _KERAS_BATCH.match(line)) is not None:
+        row["epoch"] = (ctx.keras_epoch - 1 + int(m.group(1)) / int(m.group(2)), -1)
+        return None, [("epoch", "keras", (m.start(1), m.start(2)))]
+    return None, []
 
 
-def _checkpoint(line: str, row: dict[str, float]) -> dict[str, Any]:
+def _checkpoint(line: str) -> dict[str, Any]:
     event: dict[str, Any] = {"kind": "checkpoint", "text": line.strip()[:200]}
     for pattern, unit in _CKPT_STEP:
         if (m := pattern.search(line)) is not None:
@@ -139,39 +179,101 @@ def _checkpoint(line: str, row: dict[str, float]) -> dict[str, Any]:
     return event
 
 
-def parse_line(line: str, ctx: _Context | None = None) -> tuple[dict[str, float], str, list[dict]]:
-    """One line: ``(values by normalised key, 'train'|'eval', signal events)``."""
-    ctx = ctx or _Context()
-    low = line.lower()
-    events: list[dict[str, Any]] = []
-    if (m := _KERAS_HEADER.match(line)) is not None:
-        ctx.keras_epoch = int(m.group(1))
-        return {}, "train", events
+def _signal(line: str, low: str) -> dict[str, Any] | None:
     if "overflow" in low and ("skip" in low or "scale" in low):
         scale = _SCALE_TO.search(line)
-        events.append({"kind": "overflow", "scale": float(scale.group(1)) if scale else None})
-        return {}, "train", events
+        return {"kind": "overflow", "scale": float(scale.group(1)) if scale else None}
     if ("checkpoint" in low or "model" in low or "ckpt" in low) and _SAVE.search(line):
-        events.append(_checkpoint(line, {}))
-        return {}, "train", events
+        return _checkpoint(line)
+    return None
+
+
+def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], list[Any]]:
+    low = line.lower()
+    if (m := _KERAS_HEADER.match(line)) is not None:
+        ctx.keras_epoch = int(m.group(1))
+        return {}, "train", [], [None]
+    if (event := _signal(line, low)) is not None:
+        return {}, "train", [event], [None]
     row = _pairs(line)
-    mode = _counters(line, row, ctx)
+    mode, computed = _counters(line, row, ctx)
     losses = [k for k in row if role_of(k) == "loss"]
     is_eval = mode in ("val", "test") or (
         mode is None
         and (_EVAL_WORD.search(line) is not None or (losses and all(map(is_eval_key, losses))))
     )
+    events = []
     if (
         not any(role_of(k) == "loss" and not is_eval_key(k) for k in row)
         and ("nan" in low or "inf" in low or "finite" in low)
         and _PROSE_NONFINITE.search(line)
     ):
         events.append({"kind": "nonfinite", "text": line.strip()[:200]})
-    return row, "eval" if is_eval else "train", events
+    return row, "eval" if is_eval else "train", events, computed
+
+
+def parse_line(
+    line: str, ctx: _Context | None = None
+) -> tuple[dict[str, float], str, list[dict[str, Any]]]:
+    """One line: ``(values by normalised key, 'train'|'eval', signal events)``."""
+    row, tag, events, _ = _parse(line, ctx or _Context())
+    return {k: v for k, (v, _) in row.items()}, tag, events
+
+
+def _plan(
+    parts: list[str], row: Found, tag: str, computed: list[Any], cols: Columns
+) -> _Plan | None:
+    """A plan for this line's shape, or ``None`` when its shape must be parsed each time."""
+    if computed == [None]:
+        return None
+    index, pos = {}, 0
+    for j, part in enumerate(parts):
+        if j % 2:
+            index[pos] = j // 2
+        pos += len(part)
+    values, ops = [], []
+    for key, (_, at) in row.items():
+        if not cols.wanted(key):
+            continue
+        if at in index:
+            values.append((key, index[at]))
+        elif not any(c[0] == key for c in computed):
+            return None
+    for key, op, positions in computed:
+        if not all(p in index for p in positions):
+            return None
+        ops.append((key, op, tuple(index[p] for p in positions)))
+    skeleton = "\x00".join(parts[0::2]).lower()
+    has_train_loss = any(role_of(k) == "loss" and not is_eval_key(k) for k in row)
+    if not has_train_loss and "loss" in skeleton:
+        return None  # a line that may say "NaN loss" in words: parse it each time
+    keys = [k for k, _ in values] + [c[0] for c in ops]
+    return _Plan(
+        tuple(values), tuple(ops), tag, any(role_of(k) != "step" or k in cols.keep for k in keys)
+    )
+
+
+def _apply(plan: _Plan, numbers: list[str], ctx: _Context) -> dict[str, float] | None:
+    row = {key: float(numbers[i]) for key, i in plan.values}
+    for key, op, idx in plan.computed:
+        a, b, *c = (float(numbers[i]) for i in idx)
+        if op == "mm":
+            row[key] = (a - 1) * c[0] + b
+        elif op == "frac":
+            row[key] = a + b / c[0]
+        elif ctx.keras_epoch is not None:
+            row[key] = ctx.keras_epoch - 1 + a / b
+        else:
+            return None
+    return row
 
 
 def read_text(path: Path, keep: set[str]) -> Table:
-    """Read a text log line by line (bounded memory: only keys with a role are kept)."""
+    """Read a text log line by line (bounded memory: only keys with a role are kept).
+
+    Most lines of a log share a few shapes; each shape (the line with its numbers blanked) is
+    parsed once into a plan, and later lines of that shape are read by the plan.
+    """
     table = Table("text", Columns(keep), Columns(keep))
     ctx = _Context()
     pending: list[dict[str, Any]] = []
@@ -180,19 +282,31 @@ def read_text(path: Path, keep: set[str]) -> Table:
             for line in physical.split("\r"):  # progress bars redraw with carriage returns
                 if not line.strip():
                     continue
-                row, tag, events = parse_line(line, ctx)
-                for ev in events:
-                    ev["prev_row"] = table.train.n - 1 if table.train.n else None
-                pending.extend(events)
+                parts = _TOKEN.split(line)
+                skeleton = "\x00".join(parts[0::2])
+                plan = ctx.plans.get(skeleton)
+                row = None if plan is None else _apply(plan, parts[1::2], ctx)
+                if plan is None or row is None:
+                    found, tag, events, computed = _parse(line, ctx)
+                    if len(ctx.plans) < _CACHE_LIMIT and skeleton not in ctx.plans and not events:
+                        ctx.plans[skeleton] = _plan(parts, found, tag, computed, table.train)
+                    for ev in events:
+                        ev["prev_row"] = table.train.n - 1 if table.train.n else None
+                    pending.extend(events)
+                    cols = table.eval if tag == "eval" else table.train
+                    row = {k: v for k, (v, _) in found.items() if cols.wanted(k)}
+                    data = any(role_of(k) != "step" or k in cols.keep for k in row)
+                else:
+                    tag, data = plan.tag, plan.data
+                if not data:
+                    continue
                 cols = table.eval if tag == "eval" else table.train
-                kept = {k: v for k, v in row.items() if cols.wanted(k)}
-                if any(role_of(k) != "step" or k in cols.keep for k in kept):
-                    index = cols.add(kept)
-                    if tag == "train":
-                        for ev in pending:
-                            ev["row"] = index
-                        table.events.extend(pending)
-                        pending = []
+                index = cols.add(row)
+                if tag == "train" and pending:
+                    for ev in pending:
+                        ev["row"] = index
+                    table.events.extend(pending)
+                    pending = []
     for ev in pending:
         ev["row"] = table.train.n - 1 if table.train.n else None
     table.events.extend(pending)

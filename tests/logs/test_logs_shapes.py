@@ -162,7 +162,7 @@ def test_key_choice_is_stable_and_never_a_constant_column(tmp_path):
     path = tr.write(tmp_path / "results.csv", "\n".join(lines) + "\n")
     hist = _logs.read_history(path)
     assert hist.keys["loss"] == "train_a_loss+train_z_loss"
-    assert hist.keys["eval_loss"] == "val_a_loss"
+    assert hist.keys["eval_loss"] == "val_a_loss"  # no val twin of train_z_loss: not summed
 
 
 def test_a_total_loss_wins_over_its_components(tmp_path):
@@ -264,3 +264,10 @@ def test_long_tokens_parse_in_linear_time(tmp_path):
     hist = _logs.read_history(path)
     assert time.perf_counter() - start < 2.0 and hist.steps == [1, 2]
     assert not math.isnan(hist.loss[1] or math.nan)
+
+
+def test_yolo_evaluation_is_the_sum_of_the_same_components(tmp_path):
+    run = tr.make_run()
+    hist = _read(tmp_path, "yolo_csv", run)
+    assert hist.keys["eval_loss"] == "val_box_loss+val_obj_loss"
+    assert hist.eval_loss[0] == pytest.approx(run.loss[0] * 0.03 * 1.1, rel=1e-4)
