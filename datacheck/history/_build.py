@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
 from datacheck.errors import InputError
 from datacheck.history._keys import Keys, Overrides, choose_keys, eval_loss_key, step_key
-from datacheck.history._table import Columns, Table, norm_key, role_of
+from datacheck.history._table import MISSING, Columns, Table, norm_key, role_of
 
 __all__ = ["History", "build"]
 
@@ -34,29 +36,6 @@ class History:
     notes: list[str] = field(default_factory=list)
 
 
-def _series(cols: Columns, keys: Keys) -> list[tuple[float | None, ...]]:
-    """Per row: (step, loss, grad norm, lr, nan count, skipped count, scale)."""
-    get = cols.get
-    signals = [
-        next((k for k in sorted(cols.cols) if role_of(k) == role), None)
-        for role in ("nan_count", "skipped_count", "scale")
-    ]
-    single = keys.loss[0] if len(keys.loss) == 1 else None
-    out = []
-    for i in range(cols.n):
-        loss = get(single, i) if single is not None else _sum([get(k, i) for k in keys.loss])
-        out.append(
-            (
-                get(keys.step, i) if keys.step else None,
-                loss,
-                get(keys.grad_norm, i) if keys.grad_norm else None,
-                get(keys.lr, i) if keys.lr else None,
-                *(get(k, i) if k else None for k in signals),
-            )
-        )
-    return out
-
-
 def _sum(parts: list[float | None]) -> float | None:
     """The sum of loss components; NaN if one is NaN, ``None`` if one is missing."""
     if not parts:
@@ -68,19 +47,73 @@ def _sum(parts: list[float | None]) -> float | None:
     return math.fsum(p for p in parts if p is not None)
 
 
-def _steps(rows: list[tuple[float | None, ...]], counted: bool) -> tuple[list[float], int]:
-    """Steps per row (forward-filled), and the first row that is data (the preamble ends)."""
-    if not counted:
-        return [float(i) for i in range(len(rows))], 0
-    first = next((i for i, r in enumerate(rows) if r[0] is not None), len(rows))
-    steps, last = [], math.nan
-    for r in rows:
-        last = r[0] if r[0] is not None else last
-        steps.append(last)
-    return steps, first
+def _steps(cols: Columns, key: str | None) -> array[float]:
+    """Steps per row, forward-filled (NaN before the first counter)."""
+    if key is None:
+        return array("d", range(cols.n))
+    out, last = array("d"), math.nan
+    for v in cols.cols[key]:
+        last = last if v == MISSING else v
+        out.append(last)
+    return out
 
 
-def _event_step(ev: dict[str, Any], steps: list[float], first: int, epoch: bool) -> float | None:
+def _put(hist: History, step: float, values: tuple[float | None, ...]) -> None:
+    """Add one row's values at ``step``: the first value of a step wins, steps stay sorted."""
+    series = (hist.loss, hist.grad_norm, hist.lr)
+    at = len(hist.steps) - 1
+    if at < 0 or step > hist.steps[at]:
+        hist.steps.append(step)
+        for seq, v in zip(series, values, strict=True):
+            seq.append(v)
+        return
+    if step != hist.steps[at]:  # out of order (a resumed run): rare
+        at = bisect.bisect_left(hist.steps, step)
+        if at == len(hist.steps) or hist.steps[at] != step:
+            hist.steps.insert(at, step)
+            for seq, v in zip(series, values, strict=True):
+                seq.insert(at, v)
+            return
+    for seq, v in zip(series, values, strict=True):
+        if seq[at] is None:
+            seq[at] = v
+
+
+def _rows(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> list[dict[str, Any]]:
+    """Fill the series from the rows; return the events the rows' counters signal."""
+    get, events = cols.get, []
+    nans, skipped, scale = (
+        next((k for k in sorted(cols.cols) if role_of(k) == role), None)
+        for role in ("nan_count", "skipped_count", "scale")
+    )
+    single = keys.loss[0] if len(keys.loss) == 1 else None
+    for i in range(cols.n):
+        step = steps[i]
+        if step != step:  # NaN: no counter yet
+            continue
+        loss = get(single, i) if single is not None else _sum([get(k, i) for k in keys.loss])
+        _put(
+            hist,
+            step,
+            (
+                loss,
+                get(keys.grad_norm, i) if keys.grad_norm else None,
+                get(keys.lr, i) if keys.lr else None,
+            ),
+        )
+        n = get(nans, i) if nans else None
+        if n:
+            events.append({"kind": "nonfinite", "step": step, "count": n})
+        k = get(skipped, i) if skipped else None
+        sc = get(scale, i) if scale else None
+        if k:
+            events.append({"kind": "overflow", "step": step, "count": k, "scale": sc})
+        elif sc is not None and sc <= 1:
+            events.append({"kind": "overflow", "step": step, "count": 0, "scale": sc})
+    return events
+
+
+def _event_step(ev: dict[str, Any], steps: array[float], epoch: bool) -> float | None:
     if isinstance(ev.get("step"), (int, float)):
         return float(ev["step"])
     if "at" in ev and (ev.get("unit") == "epoch") == epoch:
@@ -88,7 +121,7 @@ def _event_step(ev: dict[str, Any], steps: list[float], first: int, epoch: bool)
     # A line naming its step in another unit follows the step it names; one naming none
     # (an overflow, "saving checkpoint to out") comes before the step line it belongs to.
     row = ev.get("prev_row") if "at" in ev else ev.get("row")
-    if row is None or row < first or row >= len(steps):
+    if row is None or not 0 <= row < len(steps) or steps[row] != steps[row]:
         return None
     return steps[row]
 
@@ -113,39 +146,19 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
     keys = choose_keys(table.train, overrides, source)
     if table.counter and not overrides.step:
         keys = Keys(table.counter, keys.loss, keys.grad_norm, keys.lr, keys.eval_loss)
-    rows = _series(table.train, keys)
-    coarse = keys.step == "epoch" and len({r[0] for r in rows}) < 0.9 * len(rows)
+    steps = _steps(table.train, keys.step)
+    coarse = keys.step == "epoch" and len(set(steps)) < 0.9 * len(steps)
     if coarse and not overrides.step:
         keys = Keys(None, keys.loss, keys.grad_norm, keys.lr, keys.eval_loss)
+        steps = _steps(table.train, None)
         table.notes.append("the epoch counter repeats across readings: steps are row numbers")
-    steps, first = _steps(rows, keys.step is not None)
     hist = History(source, table.format, keys=keys.describe(), notes=list(table.notes))
     hist.step_source = keys.step or "row number"
-    if keys.step is None and rows and not coarse:
+    if keys.step is None and table.train.n and not coarse:
         hist.notes.append("no step counter in this log: steps are row numbers")
-    merged: dict[float, list[Any]] = {}
-    events: list[dict[str, Any]] = []
-    for i in range(first, len(rows)):
-        step, loss, gnorm, lr, nans, skipped, scale = rows[i]
-        if math.isnan(steps[i]):
-            continue
-        slot = merged.setdefault(steps[i], [None, None, None])
-        for j, value in enumerate((loss, gnorm, lr)):
-            if slot[j] is None:
-                slot[j] = value
-        if nans:
-            events.append({"kind": "nonfinite", "step": steps[i], "count": nans})
-        if skipped:
-            events.append({"kind": "overflow", "step": steps[i], "count": skipped, "scale": scale})
-        elif scale is not None and scale <= 1:
-            events.append({"kind": "overflow", "step": steps[i], "count": 0, "scale": scale})
-    for s in sorted(merged):
-        hist.steps.append(s)
-        hist.loss.append(merged[s][0])
-        hist.grad_norm.append(merged[s][1])
-        hist.lr.append(merged[s][2])
+    events = _rows(hist, table.train, keys, steps)
     for ev in table.events:
-        step = _event_step(ev, steps, first, keys.step == "epoch")
+        step = _event_step(ev, steps, keys.step == "epoch")
         if step is not None or ev.get("kind") not in ("checkpoint", "overflow", "nonfinite"):
             events.append({**ev, "step": step} if step is not None else ev)
     hist.events = sorted(events, key=lambda e: (e.get("step") is None, e.get("step") or 0))

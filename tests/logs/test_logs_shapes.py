@@ -271,3 +271,11 @@ def test_yolo_evaluation_is_the_sum_of_the_same_components(tmp_path):
     hist = _read(tmp_path, "yolo_csv", run)
     assert hist.keys["eval_loss"] == "val_box_loss+val_obj_loss"
     assert hist.eval_loss[0] == pytest.approx(run.loss[0] * 0.03 * 1.1, rel=1e-4)
+
+
+def test_a_restarted_text_log_keeps_the_first_reading_of_each_step(tmp_path):
+    lines = [f"step {s} loss {2 + s / 1000}" for s in range(0, 50)]
+    lines += [f"step {s} loss {3 + s / 1000}" for s in range(30, 60)]  # resumed from step 30
+    hist = _logs.read_history(tr.write(tmp_path / "t.log", "\n".join(lines)))
+    assert hist.steps == [float(s) for s in range(60)]
+    assert hist.loss[40] == pytest.approx(2.04) and hist.loss[55] == pytest.approx(3.055)
