@@ -33,7 +33,7 @@ _SUBCOMMAND_MODULES: tuple[str, ...] = (
 _EXIT_1: dict[str, str | None] = {
     "scan": "findings at or above --fail-on (beyond any --max-bad-fraction tolerance)",
     "report": "the scan it shows failed (its findings at or above the scan's --fail-on)",
-    "logs": "the log shows a loss spike or NaN",
+    "logs": "the log shows an early warning, a loss spike, divergence or NaN (blips alone: 0)",
     "infer": None,
     "demo": None,
 }

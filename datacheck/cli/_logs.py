@@ -19,8 +19,9 @@ def add_parser(subparsers: Any) -> None:
         "logs",
         help="find spikes and NaN in a training history",
         description=(
-            "Read a training log (text, JSON Lines, CSV or TensorBoard events) and print the timeline: "
-            "grad-norm precursor, loss warning, danger, NaN, and the step to restart from."
+            "Read a training history (any trainer's text log, JSON Lines or the guard's log, CSV, "
+            "trainer_state.json, TensorBoard event files or run folders) and print the timeline: "
+            "early warnings, loss warning, danger, NaN, blips, the step to restart from and an LR."
         ),
     )
     p.add_argument(
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("logs: --lookback must be >= 0")
     loss = replace(LOSS, ratio=args.ratio, sigma=args.sigma, window=args.window)
     grad = replace(GRAD_NORM, ratio=args.grad_ratio, sigma=args.sigma, window=args.window)
+    from datacheck._jsonl import json_safe
     from datacheck._logs import Overrides, analyze, read_history, render_text
 
     overrides = Overrides(loss=args.loss, step=args.step, grad_norm=args.grad_norm, lr=args.lr)
@@ -89,12 +91,15 @@ def run(args: argparse.Namespace) -> int:
     if args.output_format == "json":
         print(
             json.dumps(
-                {
-                    "source": hist.source,
-                    "format": hist.format,
-                    "keys": hist.keys,
-                    **asdict(tl),
-                },
+                json_safe(
+                    {
+                        "source": hist.source,
+                        "format": hist.format,
+                        "keys": hist.keys,
+                        "eval_readings": len(hist.eval_steps),
+                        **asdict(tl),
+                    }
+                ),
                 allow_nan=False,
                 default=str,
             )
