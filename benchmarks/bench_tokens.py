@@ -11,6 +11,10 @@ run, times each variant in a fresh subprocess (the shared harness), interleaved,
    in-process: the index parsed and validated, every id checked, report and manifest written;
    the planted id must be found at its sequence.
 
+Times are taken inside the child around the work itself: the scan child first scans a tiny pair
+so that its one-off imports (pandera to read the schema file, pandas for the findings) are not
+counted against a pass over the data.
+
 Peak RSS is the child's own VmHWM (the scan drops pages behind its read; the floor's mapped
 pages stay resident).  Results: ``results/tokens.json``.
 
@@ -25,6 +29,7 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,23 +67,34 @@ def write_pair(prefix: Path, tokens: int) -> int:
 
 
 def floor(args: list[str]) -> dict:
+    start = time.perf_counter()
     ids = np.memmap(args[0] + ".bin", dtype=np.uint16, mode="r")
-    return {"max": int(ids.max())}
+    top = int(ids.max())
+    return {"max": top, "timed": time.perf_counter() - start}
+
+
+def _scan(idx: str, schema: str, out: str) -> object:
+    import datacheck
+
+    return datacheck.scan(idx, schema, out=out, executor="inprocess", workers=1, isolate=False)
 
 
 def scan(args: list[str]) -> dict:
-    import datacheck
-
     prefix, schema = args[0], args[1]
     out = tempfile.mkdtemp()
     try:
-        report = datacheck.scan(
-            prefix + ".idx", schema, out=out, executor="inprocess", workers=1, isolate=False
-        )
-        rows = sorted(int(r) for r in report.findings["row"].dropna())
+        # Warm-up on a tiny pair: imports (pandera for the schema file, pandas for the
+        # findings) are paid once per process, not per dataset; the timed scan is the second.
+        tiny = Path(out) / "tiny"
+        write_pair(tiny, 1000)
+        _ = _scan(str(tiny) + ".idx", schema, str(Path(out) / "warm")).findings  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        report = _scan(prefix + ".idx", schema, str(Path(out) / "o"))
+        timed = time.perf_counter() - start
+        rows = sorted(int(r) for r in report.findings["row"].dropna())  # type: ignore[attr-defined]
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return {"rows": rows}
+    return {"rows": rows, "timed": timed}
 
 
 VARIANTS = {"floor": floor, "scan": scan}
@@ -100,11 +116,11 @@ def main() -> None:
         assert best["scan"]["rows"] == [planted], best["scan"]["rows"]
         assert best["floor"]["max"] == VOCAB
         gb = opts.tokens * 2 / 1e9
-        fl = best["floor"]["seconds"]
+        fl = best["floor"]["timed"]
         table = Table(
             ["variant", "seconds", "GB/s", "× floor", "peak RSS MB"],
             [
-                [name, r["seconds"], gb / r["seconds"], r["seconds"] / fl, r["rss_mb"]]
+                [name, r["timed"], gb / r["timed"], r["timed"] / fl, r["rss_mb"]]
                 for name, r in (
                     ("floor: np.memmap(.bin).max()", best["floor"]),
                     ("datacheck scan (vocab check, 1 worker)", best["scan"]),
