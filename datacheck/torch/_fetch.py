@@ -2,9 +2,9 @@
 
 :class:`SafeDataset` wraps the user's Dataset so that a sample whose loading raises becomes a
 :class:`LoadFailure` instead of an exception that ends the run: the batch is fetched as usual
-(one ``__getitems__`` call, or one ``__getitem__`` per index), and only when that raises are
-its indices fetched again one at a time to find the failing ones, so a clean batch costs
-nothing more.  :class:`GuardedCollate` then collates the samples that loaded and, when asked,
+(one ``__getitems__`` call, or one ``__getitem__`` per index, as the DataLoader does), and
+only when that raises are its indices fetched again one at a time to find the failing ones, so
+a clean batch costs nothing more (the samples before the failing one load twice).  :class:`GuardedCollate` then collates the samples that loaded and, when asked,
 flags bad samples right there (:func:`~datacheck.torch._checks.flag_leaves`), returning one
 :class:`Fetched` the main process unpacks.
 """
@@ -71,11 +71,16 @@ class SafeDataset(Dataset[Any]):
         return self.dataset[index]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        if self._batched:
-            try:
-                return list(self.dataset.__getitems__(indices))
-            except self.catch:
-                pass  # find the failing ones below
+        dataset = self.dataset
+        try:  # the DataLoader's own fetch; costs nothing more while nothing raises
+            if self._batched:
+                return list(dataset.__getitems__(indices))
+            return [dataset[i] for i in indices]
+        except self.catch:
+            return self._one_by_one(indices)
+
+    def _one_by_one(self, indices: Sequence[int]) -> _Samples:
+        """The batch again, one sample at a time: the ones that raise become failures."""
         samples, failures = _Samples(), []
         for pos, index in enumerate(indices):
             try:
