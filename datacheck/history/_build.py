@@ -87,6 +87,8 @@ def _rows(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> list
         for role in ("nan_count", "skipped_count", "scale")
     )
     single = keys.loss[0] if len(keys.loss) == 1 else None
+    cumulative = skipped == "skipped"  # DeepSpeed's "skipped=N" counts since the start
+    seen = None
     for i in range(cols.n):
         step = steps[i]
         if step != step:  # NaN: no counter yet
@@ -105,6 +107,8 @@ def _rows(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> list
         if n:
             events.append({"kind": "nonfinite", "step": step, "count": n})
         k = get(skipped, i) if skipped else None
+        if cumulative and k is not None:
+            k, seen = (k - seen if seen is not None else 0.0), k
         sc = get(scale, i) if scale else None
         if k:
             events.append({"kind": "overflow", "step": step, "count": k, "scale": sc})

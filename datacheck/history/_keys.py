@@ -6,8 +6,8 @@ The choice never depends on hash order or file order, and a key the user names w
   training rows (``global_step``, ``num_updates``, ``iteration``, ``iter``, ``step``, ...,
   ``epoch`` last); none: row numbers, and the output says so.
 * **loss**: the first of :data:`LOSS_ORDER` present; else a key naming a total; else, when
-  several component losses remain (YOLO ``box/obj/cls``, mmdet ``loss_cls/loss_bbox``), their
-  sum; else the one loss key.  Evaluation keys (``val``, ``eval``, ``test``, ...) never are the
+  several component losses remain that are printed together (YOLO ``box/obj/cls``, mmdet
+  ``loss_cls/loss_bbox``), their sum; else the loss key on the most rows.  Evaluation keys (``val``, ``eval``, ``test``, ...) never are the
   training loss, and a constant column (all readings equal) is passed over when another exists.
 * **grad norm** / **learning rate**: the first of their preferred names, else the shortest
   matching key, ties broken by name.
@@ -120,9 +120,16 @@ def _loss(cols: Columns) -> tuple[str, ...]:
     for key in _ordered(varying, LOSS_ORDER):
         if key in LOSS_ORDER or "total" in key.split("_"):
             return (key,)
-    if len(varying) > 1:
-        return tuple(sorted(varying))
-    return tuple(varying)
+    if len(varying) <= 1:
+        return tuple(varying)
+    # Components are printed together; keys that are not (Lightning's train_loss_step beside
+    # train_loss_epoch) are variants of one loss: take the one on the most rows.
+    present = {k: cols.present(k) for k in varying}
+    most = max(present.values())
+    parts = sorted(k for k in varying if present[k] >= 0.9 * most)
+    if len(parts) > 1:
+        return tuple(parts)
+    return (min(varying, key=lambda k: (-present[k], len(k), k)),)
 
 
 def step_key(cols: Columns) -> str | None:

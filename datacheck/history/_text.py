@@ -110,6 +110,9 @@ def _segments(line: str) -> list[tuple[int, str]]:
 def _pairs(line: str) -> Found:
     row: Found = {}
     text = line.strip()
+    at = max(text.rfind("{'"), text.rfind('{"'))
+    if at > 0 and text.endswith("}"):
+        text = text[at:]  # a printed dict after a progress bar's last redraw
     if text.startswith("{") and text.endswith("}") and (rec := _dict_line(text)) is not None:
         for key, value in rec.items():
             num = to_float(value)

@@ -279,3 +279,40 @@ def test_a_restarted_text_log_keeps_the_first_reading_of_each_step(tmp_path):
     hist = _logs.read_history(tr.write(tmp_path / "t.log", "\n".join(lines)))
     assert hist.steps == [float(s) for s in range(60)]
     assert hist.loss[40] == pytest.approx(2.04) and hist.loss[55] == pytest.approx(3.055)
+
+
+def test_lightning_csv_logger_step_and_epoch_variants(tmp_path):
+    lines = ["epoch,step,train_loss_epoch,train_loss_step,val_loss"]
+    for step in range(0, 200, 10):
+        lines.append(f"{step // 50},{step},,{2 + step / 1000},")
+        if step % 50 == 40:
+            lines.append(f"{step // 50},{step},{2.1 + step / 1000},,")
+            lines.append(f"{step // 50},{step},,,{2.2 + step / 1000}")
+    hist = _logs.read_history(tr.write(tmp_path / "metrics.csv", "\n".join(lines)))
+    assert (hist.keys["step"], hist.keys["loss"], hist.keys["eval_loss"]) == (
+        "step",
+        "train_loss_step",
+        "val_loss",
+    )
+    assert len(hist.steps) == 20 and len(hist.eval_steps) == 4
+
+
+def test_hf_dict_after_a_progress_bar_redraw(tmp_path):
+    run = tr.make_run()
+    text = tr.hf_console(run).replace(
+        "\n{'loss'", "\n 5%|5    | 50/1000 [00:10<03:10, 4.99it/s]{'loss'"
+    )
+    hist = _logs.read_history(tr.write(tmp_path / "trainer.log", text))
+    assert len(hist.steps) == 60 and hist.keys["loss"] == "loss"
+
+
+def test_deepspeed_cumulative_skip_counter(tmp_path):
+    lines = []
+    skipped = 3  # the scaler's calibration at the start: long done
+    for step in range(100, 400, 10):
+        if step == 300:
+            skipped += 6  # six overflow skips within one interval: the scale is collapsing
+        lines.append(f"[Rank 0] step={step}, skipped={skipped}, lr=[0.0001], mom=[(0.9, 0.999)]")
+        lines.append(f"step {step} loss {2 + (step % 7) / 100}")
+    tl = _logs.analyze(_logs.read_history(tr.write(tmp_path / "ds.log", "\n".join(lines))))
+    assert (tl.status, tl.scale_warning_step) == ("warning", 300)
