@@ -200,3 +200,57 @@ def test_an_index_excluded_or_found_on_one_rank_is_excluded_on_every_rank(tmp_pa
     found_on = 0 if 6 in r0[0]["loaded"] else 1
     moved = [e["order"] for e in (r0, r1)[1 - found_on][1:]] + [e["order"] for e in r0[1:]]
     assert any(6 in o for o in moved) and any(NAMED in o for o in moved)  # the test bites
+
+
+class Unmounted(Dataset):
+    """Every even index (rank 0's share, shuffle off) fails to load, like a lost mount."""
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if i % 2 == 0:
+            raise OSError(f"[Errno 5] Input/output error: '/mnt/data/{i}.jpg'")
+        return torch.full((8,), float(i) / N), i
+
+
+def _train_unmounted(rank: int, world: int, init: str, out: str) -> None:
+    from datacheck.errors import BadSampleError
+
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=30)
+    )
+    sampler = DistributedSampler(Unmounted(), shuffle=False)
+    loader = GuardedLoader(DataLoader(Unmounted(), batch_size=BATCH, sampler=sampler))
+    steps, message = 0, ""
+    try:
+        for _x, _idx in loader:
+            steps += 1
+    except BadSampleError as exc:
+        message = str(exc)
+    Path(out, f"rank{rank}.json").write_text(json.dumps({"steps": steps, "message": message}))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_load_error_budget_stops_every_rank_together(tmp_path):
+    init = f"file://{tmp_path / 'init'}"
+    ctx = mp.start_processes(
+        _train_unmounted, args=(2, init, str(tmp_path)), nprocs=2, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail("a rank hung after another ran out of its load-error budget")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    # rank 0 fails 4 of 4 per batch: over the grace of 10 at its third batch; rank 1 stops too
+    assert "12 of 12 samples seen failed to load" in r0["message"]
+    assert "Input/output error" in r0["message"]
+    assert r1["message"].startswith("another rank stopped")
+    assert r0["steps"] == r1["steps"] == 0  # every batch so far was emptied on rank 0: skipped
