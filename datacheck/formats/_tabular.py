@@ -309,6 +309,9 @@ class ArrowFormat(_Streamed):
         chunks = _batches_with_offsets(_validated(batches), 0)
         return Opened(_type_names(schema), chunks, arrow_schema=schema)
 
+    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
+        return pa.ipc.new_file(stream, schema)
+
 
 def _validated(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """IPC batches fully validated (offsets, lengths, UTF-8) before any check reads them: the
@@ -316,9 +319,6 @@ def _validated(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         batch.validate(full=True)
         yield batch
-
-    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
-        return pa.ipc.new_file(stream, schema)
 
 
 class _JsonLinesWriter:
