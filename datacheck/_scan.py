@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache, partial
 from pathlib import Path
@@ -70,6 +70,9 @@ class ScanConfig:
     profile: bool = False
     """Profile every column (moments and quantile sketches) into ``profile.json``; moments are
     always collected when the schema has ``reference_stats`` or ``normalized`` columns."""
+    max_bad_fraction: Mapping[str, float] = field(default_factory=dict)
+    """Check -> the fraction of a column's rows that may fail it without failing the scan
+    (``{"nan": 0.001}``); the findings are still all recorded."""
 
     def __post_init__(self) -> None:
         if self.fail_on not in FAIL_ON:
@@ -83,6 +86,14 @@ class ScanConfig:
             raise UsageError(f"unit_timeout must be >= 0 seconds, got {self.unit_timeout}")
         if self.unit_bytes < 1 << 20:
             raise UsageError(f"unit_bytes must be at least 1 MiB, got {self.unit_bytes}")
+        for check, fraction in dict(self.max_bad_fraction).items():
+            ok = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+            if not (isinstance(check, str) and check and ok and 0 <= fraction <= 1):
+                raise UsageError(
+                    f"max_bad_fraction {{{check!r}: {fraction!r}}}: map check names to "
+                    "fractions in [0, 1], e.g. {'nan': 0.001}"
+                )
+        object.__setattr__(self, "max_bad_fraction", dict(self.max_bad_fraction))
         self._check_cluster()
 
     def _check_cluster(self) -> None:
@@ -334,6 +345,7 @@ def scan(
         "inputs": inputs,
         "out": str(out_dir.resolve()),
         "schema": schema_setting,
+        "mostly": {c: dict(v) for c, v in compiled.mostly.items()} if compiled else {},
         **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
         "workers": workers,
     }

@@ -49,6 +49,14 @@ def add_parser(sub: Any) -> None:
         default="error",
         help="exit 1 on findings at or above this severity (default: %(default)s)",
     )
+    p.add_argument(
+        "--max-bad-fraction",
+        action="append",
+        metavar="CHECK=F",
+        help="tolerate CHECK on at most fraction F of any column's rows without failing the "
+        "scan, e.g. nan=0.001 (repeatable; findings are still all recorded; overrides a "
+        "schema check's 'mostly')",
+    )
     p.add_argument("--workers", type=positive_int, help="parallel workers (default: one per core)")
     p.add_argument(
         "--executor",
@@ -129,10 +137,12 @@ def add_parser(sub: Any) -> None:
 
 def _run_scan(args: argparse.Namespace) -> int:
     from datacheck._scan import ScanConfig, scan
+    from datacheck.report._gate import parse_max_bad_fraction
     from datacheck.report._text import render_text
 
     config = ScanConfig(
         fail_on=args.fail_on,
+        max_bad_fraction=parse_max_bad_fraction(args.max_bad_fraction),
         workers=args.workers,
         executor=args.executor,
         isolate=args.isolate,

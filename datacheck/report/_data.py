@@ -37,12 +37,23 @@ MANIFEST = "quarantine.parquet"
 FAIL_ON = ("error", "warning", "never")
 
 
-def exit_code_for(sites_by_check: dict[str, dict[str, int]], fail_on: str) -> int:
-    """1 when any finding is at or above ``fail_on``, else 0."""
+def exit_code_for(
+    sites_by_check: dict[str, dict[str, int]],
+    fail_on: str,
+    tolerated: dict[str, dict[str, int]] | None = None,
+) -> int:
+    """1 when any finding is at or above ``fail_on``, else 0; ``tolerated`` sites (per check
+    and severity, within a ``mostly`` / ``--max-bad-fraction`` tolerance) do not count."""
     if fail_on == "never":
         return 0
     gating = {"error"} if fail_on == "error" else {"error", "warning"}
-    hit = any(n for sev in sites_by_check.values() for s, n in sev.items() if s in gating)
+    spared = tolerated or {}
+    hit = any(
+        n - spared.get(check, {}).get(s, 0) > 0
+        for check, sev in sites_by_check.items()
+        for s, n in sev.items()
+        if s in gating
+    )
     return 1 if hit else 0
 
 
@@ -79,12 +90,16 @@ def write_report_json(
     out of the input folders) when it was not merely "not data"; ``media``: per-folder
     image/audio counts and decode throughput (``summary.media``)."""
     from datacheck._version import __version__
+    from datacheck.report._gate import tolerance_summary
 
     summary = summarise(files)
     summary["seconds"] = round(seconds, 3)
     if media:
         summary["media"] = media
-    summary["exit_code"] = exit_code_for(summary["sites"], settings.get("fail_on", "error"))
+    summary["tolerance"], summary["tolerated"] = tolerance_summary(out / MANIFEST, files, settings)
+    summary["exit_code"] = exit_code_for(
+        summary["sites"], settings.get("fail_on", "error"), summary["tolerated"]
+    )
     doc = {
         "format_version": FORMAT_VERSION,
         "tool": f"datacheck {__version__}",
@@ -178,7 +193,9 @@ class ReportData:
     def exit_code(self, fail_on: str | None = None) -> int:
         """0 when nothing is at or above ``fail_on`` (default: the scan's setting), else 1."""
         return exit_code_for(
-            self.summary["sites"], fail_on or self.settings.get("fail_on", "error")
+            self.summary["sites"],
+            fail_on or self.settings.get("fail_on", "error"),
+            self.summary.get("tolerated"),
         )
 
     @property

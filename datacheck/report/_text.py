@@ -101,6 +101,23 @@ def _media_lines(folders: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def tolerance_lines(report: ReportData) -> list[str]:
+    """How each tolerated check fared (``mostly`` / ``--max-bad-fraction``)."""
+    entries = report.summary.get("tolerance") or []
+    if not entries:
+        return []
+    lines = ["", "tolerance (every finding is still recorded; only the verdict uses it):"]
+    for t in entries:
+        verdict = "tolerated" if t["within"] else "over: gates"
+        lines.append(
+            f"  {t['check']} in {t['column'] or '-'}: {t['bad_rows']:,} of "
+            f"{plural(t['rows'], 'row')} ({100 * t['fraction']:.3g}%), "
+            f"max {100 * t['max_fraction']:.3g}% "
+            f"({t['source']}): {verdict}"
+        )
+    return lines
+
+
 def render_text(report: ReportData, show: int = SHOW) -> str:
     """The terminal summary: counts, per-check table, sample findings, corrupt files, verdict."""
     s = report.summary
@@ -128,6 +145,7 @@ def render_text(report: ReportData, show: int = SHOW) -> str:
             lines.append(f"  {display_path(f['path'])}: {f['error']}")
         if len(corrupt) > 10:
             lines.append(f"  ... and {len(corrupt) - 10} more (see report.json)")
+    lines += tolerance_lines(report)
     lines.append("")
     lines.append(f"report:     {report.dir / 'report.json'}")
     lines.append(f"quarantine: {report.dir / MANIFEST}")

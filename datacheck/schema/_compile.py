@@ -155,6 +155,9 @@ class CompiledSchema:
     """Schema-level pandera checks, run on the file's rows as a pandas DataFrame."""
     index: tuple[ColumnSpec, ...] = ()
     """Index levels, checked on the columns pandas stored the index in (or the row number)."""
+    mostly: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Column -> finding check -> the fraction of rows that must pass (a check's ``mostly``
+    option); the scan's verdict tolerates the rest (see ``datacheck.report._gate``)."""
 
     def __reduce__(self) -> Any:
         """Worker processes receive the schema; a check that is a lambda or a local function

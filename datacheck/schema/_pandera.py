@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import sys
 from dataclasses import replace
@@ -32,8 +33,53 @@ from datacheck.schema._yaml import load_yaml, read_schema_text, validate_documen
 __all__ = ["ColumnSpec", "CompiledSchema", "compile_schema", "load_schema"]
 
 
-def _load_yaml(path: Path) -> tuple[Any, Any, Any]:
-    """The pandera schema (None without ``columns:``), the ``tensors:`` and media sections."""
+_FINDINGS_OF = {"finite": ("nan", "inf"), "max_abs": ("extreme",), "reference_stats": ("extreme",)}
+_FINDINGS_OF.update(normalized=("unnormalized",))
+
+
+def _checks_of(body: Any) -> list[tuple[Any, Any]]:
+    """(name, check mapping) of a column's ``checks:``, list or older mapping form."""
+    checks = body.get("checks") if isinstance(body, dict) else None
+    if isinstance(checks, dict):
+        return list(checks.items())
+    if not isinstance(checks, list):
+        return []
+    return [
+        (c["options"].get("check_name"), c)
+        for c in checks
+        if isinstance(c, dict) and isinstance(c.get("options"), dict)
+    ]
+
+
+def _pop_mostly(doc: Any, where: str) -> dict[str, dict[str, float]]:
+    """Take each check's ``options: {mostly: F}`` out of the document (pandera does not know
+    it): column -> finding check (``in_range`` -> ``out_of_range``, ...) -> F."""
+    from datacheck.schema._compile import RANGE_CHECKS
+
+    columns = doc.get("columns") if isinstance(doc, dict) else None
+    out: dict[str, dict[str, float]] = {}
+    for col, body in columns.items() if isinstance(columns, dict) else ():
+        for name, check in _checks_of(body):
+            options = check.get("options") if isinstance(check, dict) else None
+            if not isinstance(options, dict) or "mostly" not in options:
+                continue
+            raw = options.pop("mostly")
+            ok = isinstance(raw, (int, float)) and not isinstance(raw, bool)
+            mostly = float(raw) if ok else math.nan
+            if not 0 < mostly <= 1:
+                raise SchemaError(
+                    f"schema {where}, column {col!r}, check {name!r}: mostly must be a "
+                    f"fraction in (0, 1], e.g. 0.999, got {raw!r:.40}"
+                )
+            found = ("out_of_range",) if name in RANGE_CHECKS else _FINDINGS_OF.get(name, (name,))
+            for finding in found:
+                out.setdefault(str(col), {})[str(finding)] = float(mostly)
+    return out
+
+
+def _load_yaml(path: Path) -> tuple[Any, Any, Any, dict[str, dict[str, float]]]:
+    """The pandera schema (None without ``columns:``), the ``tensors:`` and media sections,
+    and the checks' ``mostly`` tolerances."""
     from pandera.io.pandas_io import deserialize_schema
 
     from datacheck.schema._media import SECTIONS, parse_media_sections
@@ -49,10 +95,11 @@ def _load_yaml(path: Path) -> tuple[Any, Any, Any]:
         for name in SECTIONS:
             doc.pop(name, None)
         if "columns" not in doc:
-            return None, tensors, media
+            return None, tensors, media, {}
+    mostly = _pop_mostly(doc, where)
     validate_document(doc, where)
     try:
-        return deserialize_schema(doc), tensors, media
+        return deserialize_schema(doc), tensors, media, mostly
     except Exception as exc:  # noqa: BLE001 - pandera raises many types here
         msg = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise SchemaError(f"schema {where}: pandera cannot load it: {msg}") from None
@@ -145,11 +192,11 @@ def load_schema(spec: Any) -> CompiledSchema | None:
             raise SchemaError(
                 f"schema {text!r}: no such file; pass a pandera YAML file or module:attr"
             )
-        frame, tensors, media = _load_yaml(path)
+        frame, tensors, media, mostly = _load_yaml(path)
         compiled = (
             compile_schema(frame, str(path)) if frame is not None else CompiledSchema(str(path))
         )
-        return replace(compiled, tensors=tensors, media=media)
+        return replace(compiled, tensors=tensors, media=media, mostly=mostly)
     if ":" in text:
         return compile_schema(_load_python(text), text)
     raise SchemaError(
