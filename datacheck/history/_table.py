@@ -7,7 +7,6 @@ with the number of log lines times a handful of floats, not with every metric a 
 
 from __future__ import annotations
 
-import math
 import re
 from array import array
 from collections.abc import Iterable, Mapping
@@ -17,9 +16,9 @@ from typing import Any
 
 __all__ = ["MISSING", "Columns", "Table", "is_eval_key", "norm_key", "role_of", "to_float"]
 
-MISSING = -math.inf
-"""Stored where a row has no value for a key (no log prints a loss of minus infinity... and if
-one does, it reads as missing, never as a spike)."""
+MISSING = -1.7976931348623157e308
+"""Stored where a row has no value for a key: the most negative finite double, which no log
+prints (a printed ``-inf`` stays a non-finite reading, never a missing one)."""
 
 COUNTERS = (
     "global_step",

@@ -30,7 +30,9 @@ from datacheck.history._table import Columns, Table, is_eval_key, norm_key, role
 
 __all__ = ["parse_line", "read_text"]
 
-_NUM = r"(?>[-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+|nan|inf(?:inity)?+)(?!\w|\.\w)"
+_NUM = (
+    r"(?>[-+]?+(?:(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+|nan|inf(?:inity)?+))(?!\w|\.\w)"
+)
 _QUAL = r"(?:(?:train|training|val|valid|validation|eval|test|lm)\s++)?+"
 _PAIR = re.compile(
     rf"(?<![\w./-])({_QUAL}[A-Za-z_][\w./-]*+)(?:\s++is\s++|\s*+[:=]\s*+|\s++)({_NUM})",

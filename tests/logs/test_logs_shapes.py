@@ -316,3 +316,27 @@ def test_deepspeed_cumulative_skip_counter(tmp_path):
         lines.append(f"step {step} loss {2 + (step % 7) / 100}")
     tl = _logs.analyze(_logs.read_history(tr.write(tmp_path / "ds.log", "\n".join(lines))))
     assert (tl.status, tl.scale_warning_step) == ("warning", 300)
+
+
+@pytest.mark.parametrize(
+    "template, key",
+    [
+        ("epoch: {s} loss: {v}", "epoch"),  # a plain print per epoch
+        ("steps {s}, seconds for 100 batch: 45.91 , loss: {v}", "steps"),
+        ("Step {s}/1000 | Loss: {v} | LR: 1.0e-04", "step"),
+        ("[2024-01-01 10:00:00] global_step={s} train/loss={v} lr=0.0001", "global_step"),
+    ],
+)
+def test_plain_prints(tmp_path, template, key):
+    run = tr.make_run(spike_at=330, nan_at=400)
+    lines = [template.format(s=s, v=tr._f(v)) for s, v in zip(run.steps, run.loss, strict=True)]
+    hist = _logs.read_history(tr.write(tmp_path / "out.log", "\n".join(lines)))
+    tl = _logs.analyze(hist)
+    assert hist.keys["step"] == key
+    assert (tl.status, tl.warning_step, tl.nan_step, tl.restart_step) == ("nan", 330, 400, 320)
+
+
+def test_minus_infinity_is_a_nonfinite_reading_not_a_missing_one(tmp_path):
+    lines = [f"step {s} loss {2 + s / 1000}" for s in range(20)] + ["step 20 loss -inf"]
+    tl = _logs.analyze(_logs.read_history(tr.write(tmp_path / "t.log", "\n".join(lines))))
+    assert (tl.status, tl.nan_step) == ("nan", 20)
