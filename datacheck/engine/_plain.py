@@ -5,7 +5,7 @@ structs.  :func:`plain` turns dictionary, run-end-encoded, list-view and map col
 nested) into those, so a NaN in a dictionary's values or in a map's values is found at its row
 like any other.  :func:`readable` tells the column types that pyarrow cannot even hand to
 Python (month and day-time intervals): such columns hold no numbers and are skipped by type,
-before any array of them is built.
+before any array of them is built, as are columns nested deeper than :data:`MAX_DEPTH`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,26 @@ def _children(t: pa.DataType) -> list[pa.DataType]:
     return [t.field(i).type for i in range(t.num_fields)]
 
 
+MAX_DEPTH = 64
+"""Columns nested deeper than this (JSON ``[[[[...]]]]``) are not checked: walking them would
+take the reader's stack, and no dataset nests numbers that deep."""
+
+
+def _walk_type(t: pa.DataType) -> tuple[bool, bool]:
+    """(readable, encoded): any unwrappable type or nesting past MAX_DEPTH; any encoding."""
+    stack, encoded = [(t, 0)], False
+    while stack:
+        t, depth = stack.pop()
+        if t.id in _UNWRAPPABLE or depth > MAX_DEPTH:
+            return False, encoded
+        encoded = encoded or _is_encoding(t)
+        stack.extend((c, depth + 1) for c in _children(t))
+    return True, encoded
+
+
 def readable(t: pa.DataType) -> bool:
-    """False for a type pyarrow cannot wrap as a Python array, at any depth."""
-    return t.id not in _UNWRAPPABLE and all(readable(c) for c in _children(t))
+    """False for a type pyarrow cannot wrap as a Python array, or nested past MAX_DEPTH."""
+    return _walk_type(t)[0]
 
 
 def readable_columns(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table:
@@ -39,17 +56,19 @@ def readable_columns(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Ta
     return batch if len(keep) == batch.num_columns else batch.select(keep)
 
 
-def _encoded(t: pa.DataType) -> bool:
-    """True if ``t`` holds a dictionary, run-end, list-view or map encoding at any depth."""
-    if (
+def _is_encoding(t: pa.DataType) -> bool:
+    return (
         pa.types.is_dictionary(t)
         or pa.types.is_run_end_encoded(t)
         or pa.types.is_list_view(t)
         or pa.types.is_large_list_view(t)
         or pa.types.is_map(t)
-    ):
-        return True
-    return any(_encoded(c) for c in _children(t))
+    )
+
+
+def _encoded(t: pa.DataType) -> bool:
+    """True if ``t`` holds a dictionary, run-end, list-view or map encoding at any depth."""
+    return _walk_type(t)[1]
 
 
 def _mask(arr: pa.Array) -> pa.Array | None:

@@ -351,12 +351,41 @@ class JsonLinesFormat(_TextFormat):
         )
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
+        with _storage.stream(unit.path) as head:
+            _check_nesting(head.read(options.get("block_bytes", _BLOCK_BYTES)))
         declared = dict(options.get("arrow_types") or {})
         keep = bool(options.get("keep_integers"))
         return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
 
     def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
         return _JsonLinesWriter(stream)
+
+
+MAX_JSON_DEPTH = 64
+"""JSON nested deeper than this is refused before parsing: Arrow's JSON reader takes time
+quadratic in the depth (10,000 levels: minutes), and no dataset nests numbers that deep."""
+
+
+def _check_nesting(block: bytes) -> None:
+    """Raise if brackets outside strings nest deeper than :data:`MAX_JSON_DEPTH` in ``block``
+    (the block Arrow infers the types from), vectorised: no Python loop per byte."""
+    import numpy as np
+
+    b = np.frombuffer(block, dtype=np.uint8)
+    if not len(b):
+        return
+    quote = b == ord('"')
+    quote[1:] &= b[:-1] != ord("\\")  # an escaped quote does not end a string
+    outside = (np.cumsum(quote) % 2 == 0) & ~quote
+    step = np.zeros(len(b), dtype=np.int32)
+    step[outside & ((b == ord("[")) | (b == ord("{")))] = 1
+    step[outside & ((b == ord("]")) | (b == ord("}")))] = -1
+    depth = np.cumsum(step)
+    if depth.max() > MAX_JSON_DEPTH:
+        at = int(np.argmax(depth > MAX_JSON_DEPTH))
+        raise ValueError(
+            f"JSON nested deeper than {MAX_JSON_DEPTH} levels (at byte {at}): not read"
+        )
 
 
 for _fmt in (ParquetFormat(), CsvFormat(), ArrowFormat(), JsonLinesFormat()):

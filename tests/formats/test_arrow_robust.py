@@ -130,3 +130,19 @@ def test_a_feather_v1_file_that_crashes_pyarrow_is_corrupt(size: int, tmp_path: 
     path.write_bytes(b"FEA1" + b"\0" * (size - 8) + b"FEA1")
     (entry,) = _scan(path, tmp_path).data["files"]
     assert entry["status"] == "corrupt"
+
+
+@pytest.mark.parametrize("depth", [1_000, 10_000])
+def test_json_nested_thousands_deep_is_corrupt_with_the_reason(depth: int, tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"s": "[[[[", "a": ' + "[" * depth + "1" + "]" * depth + "}\n")
+    (entry,) = _scan(path, tmp_path).data["files"]
+    assert entry["status"] == "corrupt"
+    assert entry["error"] == "ValueError: JSON nested deeper than 64 levels (at byte 82): not read"
+
+
+def test_brackets_inside_json_strings_are_not_nesting(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join('{"s": "[[[[{{\\"x", "x": 1.5}\n' for _ in range(100)))
+    (entry,) = _scan(path, tmp_path).data["files"]
+    assert entry["status"] == "ok" and entry["rows"] == 100
