@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from datacheck.checks._rules import ZSCORE_MAX, Normalized, Reference
-from datacheck.errors import UsageError
+from datacheck.errors import InputError, UsageError
 
 __all__ = ["InferConfig", "InferResult", "infer"]
 
@@ -219,8 +219,12 @@ def _reference_lines(
     shards: dict[str, dict[str, Any]],
     zscore_max: float,
     notes: list[str],
+    off: bool = False,
 ) -> list[str]:
     """The ``reference_stats`` check, never one that the profiled data itself would fail.
+
+    ``off`` (an id- or time-like column): every bound ``.inf``, so neither values nor shards
+    are judged, and the scan does not compare the shards with each other either.
 
     Shards that already differ beyond the ``drift`` thresholds (an id- or time-like column)
     get the moment tests off (``.inf``), with the reasons as comments: left out entirely, the
@@ -231,9 +235,10 @@ def _reference_lines(
     drift = _shard_drift(s, shards)
     shift, ratio = (
         (".inf", ".inf")
-        if drift
+        if drift or off
         else (_num(Reference.max_mean_shift), _num(Reference.max_std_ratio))
     )
+    zmax_text = ".inf" if off else _num(zmax)
     lines = []
     if drift:
         notes.append(
@@ -250,7 +255,7 @@ def _reference_lines(
     return lines + [
         f"- mean: {_num(mean, 12)}",
         f"  std: {_num(std)}",
-        f"  zscore_max: {_num(zmax)}      # value-level `extreme`: |x - mean| > zscore_max * std{zwhy}",
+        f"  zscore_max: {zmax_text}      # value-level `extreme`: |x - mean| > zscore_max * std{'' if off else zwhy}",
         f"  max_mean_shift: {shift}  # `drift`: a shard's mean moved more than this many std",
         f"  max_std_ratio: {ratio}   # `drift`: a shard's std is off by more than this factor",
         "  options: {check_name: reference_stats}",
@@ -297,6 +302,8 @@ def _column_lines(
             + ("; checks apply to every element" if "list" in arrow else "")
         )
     lines += [f"dtype: {dtype or 'null'}", f"nullable: {'true' if s['nulls'] else 'false'}"]
+    if dtype is not None and dtype[0] in "IU" and "nt" in dtype:
+        lines.append("coerce: true  # pandas reads an integer column with nulls as float64")
     if missing:
         lines.append(
             f"required: false  # absent from {missing} of the {missing + len(shards)} files"
@@ -307,20 +314,58 @@ def _column_lines(
             notes.append(f"column {name!r}: {s['nan']} NaN and {s['inf']} Inf in the sample")
         checks += ["- options: {check_name: finite}  # NaN and +/-Inf are errors"]
     if numeric and dtype != "bool":
-        integer = not _is_float(arrow)
-        lo, hi = _range(s, config.margin, integer)
-        pct = f"{config.margin * 100:g}%"
-        checks += [
-            f"- min_value: {_bound(lo, integer)}  # observed [{_num(s['min'], 6)}, {_num(s['max'], 6)}], widened by {pct} of the span",
-            f"  max_value: {_bound(hi, integer)}",
-            "  options: {check_name: in_range, raise_warning: true}  # a warning; drop raise_warning to make it an error",
-        ]
-        checks += _reference_lines(name, s, shards, config.zscore_max, notes)
+        why = _id_like(name, arrow, s, shards)
+        range_lines = _range_lines(arrow, s, config)
+        if why and "drift" not in why:  # drifting shards get their own note below
+            notes.append(f"column {name!r} looks like an id or a clock ({why}): value checks off")
+        if why:
+            checks.append(f"# value checks off: {why}; uncomment to enforce the range")
+            checks += ["# " + c for c in range_lines]
+        else:
+            checks += range_lines
+        checks += _reference_lines(name, s, shards, config.zscore_max, notes, off=bool(why))
     if normalized and numeric:
         checks += _normalized_lines(name, s, notes)
     if checks:
         lines += ["checks:"] + ["  " + c for c in checks]
     return [f"  {_key(name)}:"] + ["    " + ln for ln in lines]
+
+
+_ID_NAME = re.compile(
+    r"(^|[_\-. ])(id|idx|index|key|uuid|guid|row|timestamp|time|date|datetime|ts|epoch)$",
+    re.IGNORECASE,
+)
+
+
+def _id_like(name: str, arrow: str, s: dict[str, Any], shards: dict[str, dict[str, Any]]) -> str:
+    """Why a column looks like an id or a clock (empty if it does not): an integer column so
+    named, or shards whose statistics already drift from each other.  Its range and z-scores
+    describe the sample, not the data to come: checks on them would flag every new id."""
+    if _ID_NAME.search(name) and not _is_float(arrow):
+        return "an integer column named like an id or a time"
+    if _shard_drift(s, shards):
+        return "its profiled shards already differ beyond the drift thresholds"
+    return ""
+
+
+def _range_lines(arrow: str, s: dict[str, Any], config: InferConfig) -> list[str]:
+    """``in_range``, or ``max_abs`` for list columns (pandera's range checks cannot compare
+    a row's vector; datacheck's checks take every element)."""
+    integer = not _is_float(arrow)
+    pct = f"{config.margin * 100:g}%"
+    if "list" in arrow:
+        top = max(abs(float(s["min"])), abs(float(s["max"])))
+        bound = _num(top * (1 + config.margin) if top > 0 else 1.0, 12)
+        return [
+            f"- max_abs: {bound}  # observed |x| <= {_num(top, 6)}, widened by {pct}; every element",
+            "  options: {check_name: max_abs, raise_warning: true}",
+        ]
+    lo, hi = _range(s, config.margin, integer)
+    return [
+        f"- min_value: {_bound(lo, integer)}  # observed [{_num(s['min'], 6)}, {_num(s['max'], 6)}], widened by {pct} of the span",
+        f"  max_value: {_bound(hi, integer)}",
+        "  options: {check_name: in_range, raise_warning: true}  # a warning; drop raise_warning to make it an error",
+    ]
 
 
 def _tabular(fmt: str) -> bool:
@@ -348,7 +393,7 @@ def _header(paths: list[str], files: int, rows: int) -> list[str]:
         "# Edit freely. Enforce it with: datacheck scan DATA --schema THIS_FILE",
         "# Column checks: `reference_stats` gives value-level `extreme` (z-score) and per-shard",
         "# `drift` (mean shift / std ratio / constant / all null); `normalized` gives `unnormalized`.",
-        "# Delete `reference_stats` from id- or time-like columns, whose mean moves shard to shard.",
+        "# Id- and time-like columns get their value checks written disabled (commented out).",
         "schema_type: dataframe",
         "columns:",
     ]
@@ -401,6 +446,11 @@ def infer(
         for f in files
         if f["status"] != "corrupt" and not _tabular(f["format"])
     ]
+    if not dtypes:
+        raise InputError(
+            f"infer: no readable table among {len(files)} file(s) "
+            f"({notes[0] if notes else 'no columns'}); pass trusted tabular data"
+        )
     rows = sum(f["rows"] for f in readable)
     lines = _header(inputs, len(readable), rows)
     for name, arrow in dtypes.items():

@@ -226,3 +226,57 @@ def test_zscore_max_is_raised_to_cover_the_profiled_values(tmp_path: Path) -> No
         str(tmp_path / "a.parquet"), executor="inprocess", schema=datacheck.load_schema(out)
     )
     assert report.findings.empty
+
+
+def test_inferred_schema_passes_pandera_on_the_data_it_came_from(tmp_path: Path) -> None:
+    """Issue 12 item 21: nullable ints (pandas reads them as float64) and vector columns."""
+    import pandera.pandas as pa_
+
+    from datacheck.checks._pandas import register_pandera_checks
+
+    rng = np.random.default_rng(1)
+    n = 200
+    table = pa.table(
+        {
+            "x": rng.standard_normal(n),
+            "count": pa.array([None if i % 7 == 0 else int(i % 13) for i in range(n)], pa.int64()),
+            "emb": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(n * 3)), 3),
+            "vec": pa.array(
+                [list(rng.standard_normal(2)) for _ in range(n)], pa.list_(pa.float64())
+            ),
+            "name": pa.array(["a", "b"] * (n // 2)),
+        }
+    )
+    data = tmp_path / "d.parquet"
+    pq.write_table(table, data)
+    out = tmp_path / "s.yaml"
+    infer(data, out=out)
+    register_pandera_checks()
+    schema = pa_.DataFrameSchema.from_yaml(out)
+    schema.validate(pd.read_parquet(data), lazy=True)  # raises SchemaErrors on any failure
+    assert datacheck.scan(data, schema=out, out=tmp_path / "o").findings.empty
+
+
+def test_id_like_columns_get_no_value_checks(tmp_path: Path) -> None:
+    """Issue 12 item 22: a later id is not an extreme value."""
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(
+        pa.table({"user_id": np.arange(1000), "x": np.linspace(0, 1, 1000)}), d / "a.parquet"
+    )
+    result = infer(d, out=tmp_path / "s.yaml")
+    assert any("user_id" in n and "id" in n for n in result.notes)
+    later = tmp_path / "later.parquet"
+    pq.write_table(
+        pa.table({"user_id": np.arange(10**6, 10**6 + 50), "x": np.linspace(0, 1, 50)}), later
+    )
+    assert datacheck.scan(later, schema=tmp_path / "s.yaml", out=tmp_path / "o").findings.empty
+
+
+def test_infer_with_nothing_readable_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    res = _run("infer", bad, "--out", tmp_path / "s.yaml")
+    assert res.returncode == 2, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "no readable table" in res.stderr
+    assert not (tmp_path / "s.yaml").exists()

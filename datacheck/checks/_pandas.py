@@ -19,24 +19,40 @@ from datacheck.checks._rules import ZSCORE_MAX, Normalized
 __all__ = ["NumericCheck", "Outcome", "register_pandera_checks", "report_name", "run_check"]
 
 
+def _elementwise(pandas_obj, ok):
+    """``ok`` (values -> bool mask) per value; for a column of vectors (embeddings read by
+    pandas as arrays), a row passes when every element does."""
+    import pandas as pd
+
+    if pandas_obj.dtype != object:
+        return ok(pandas_obj.astype("float64"))
+    return pd.Series(
+        [
+            True if v is None else bool(np.all(ok(np.asarray(v, dtype=np.float64))))
+            for v in pandas_obj
+        ],
+        index=pandas_obj.index,
+    )
+
+
 def _finite(pandas_obj):
     """Every value is finite: no NaN, +Inf or -Inf (NaN is not treated as null)."""
-    return np.isfinite(pandas_obj.astype("float64"))
+    return _elementwise(pandas_obj, np.isfinite)
 
 
 def _max_abs(pandas_obj, *, max_abs):
     """|x| <= max_abs for every finite value."""
-    return ~(pandas_obj.abs() > max_abs)
+    return _elementwise(pandas_obj, lambda x: ~(np.abs(x) > max_abs))
 
 
 def _fp16_safe(pandas_obj):
     """The value stays finite after a cast to float16 (|x| < 65520)."""
-    return ~(pandas_obj.abs() > FP16_OVERFLOW)
+    return _elementwise(pandas_obj, lambda x: ~(np.abs(x) > FP16_OVERFLOW))
 
 
 def _bf16_safe(pandas_obj):
     """The value stays finite after a cast to bfloat16."""
-    return ~(pandas_obj.abs() > BF16_MAX)
+    return _elementwise(pandas_obj, lambda x: ~(np.abs(x) > BF16_MAX))
 
 
 def _reference_stats(
@@ -46,7 +62,7 @@ def _reference_stats(
     z = ZSCORE_MAX if zscore_max is None else float(zscore_max)
     if not float(std) > 0 or np.isinf(z):
         return pandas_obj.notna() | pandas_obj.isna()
-    return ~((pandas_obj.astype("float64") - float(mean)).abs() > z * float(std))
+    return _elementwise(pandas_obj, lambda x: ~(np.abs(x - float(mean)) > z * float(std)))
 
 
 def _normalized(pandas_obj, *, mean=None, std=None, max_mean_shift=None, max_std_ratio=None):
