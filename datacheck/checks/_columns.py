@@ -100,13 +100,32 @@ def leaves(name: str, arr: pa.Array) -> Iterator[tuple[str, pa.Array]]:
             yield leaf_name, type(arr).from_arrays(arr.offsets, values, mask=mask)
 
 
+def validity(arr: pa.Array) -> np.ndarray:
+    """True where ``arr`` holds a value, read from its validity bitmap (``np.asarray`` of
+    Arrow's ``is_valid()`` would import pandas: half a second per worker process)."""
+    n = len(arr)
+    if not arr.null_count:
+        return np.ones(n, dtype=bool)
+    buf = arr.buffers()[0] if not pa.types.is_null(arr.type) else None
+    if buf is None:  # a null-typed column, or a type with no bitmap of its own
+        return np.zeros(n, dtype=bool) if pa.types.is_null(arr.type) else _bools(arr.is_valid())
+    bits = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + n].astype(bool)
+
+
+def _bools(arr: pa.Array) -> np.ndarray:
+    """A boolean Arrow array without nulls as NumPy, through its bitmap (no pandas)."""
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + len(arr)].astype(bool)
+
+
 def _primitive(arr: pa.Array) -> FlatColumn:
     """A zero-copy NumPy view of the values buffer (``to_numpy`` would import pandas)."""
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     dtype = _NUMPY_TYPES[arr.type]
     values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
-    valid = np.asarray(arr.is_valid()) if arr.null_count else None
+    valid = validity(arr) if arr.null_count else None
     return FlatColumn(values, valid, RowMap(len(arr)))
 
 
@@ -125,7 +144,7 @@ def flatten(arr: pa.Array) -> FlatColumn:
     n, t = len(arr), arr.type
     if not is_list_type(t):
         return _primitive(arr)
-    row_nulls = np.asarray(arr.is_null()) if arr.null_count else None
+    row_nulls = ~validity(arr) if arr.null_count else None
     if pa.types.is_fixed_size_list(t) and arr.null_count == 0:
         k = t.list_size
         child = arr.values.slice(arr.offset * k, n * k)

@@ -19,7 +19,14 @@ import numpy as np
 import pyarrow as pa
 
 from datacheck import findings as fnd
-from datacheck.checks._columns import FlatColumn, flatten, is_numeric, leaf_type, leaves
+from datacheck.checks._columns import (
+    FlatColumn,
+    flatten,
+    is_numeric,
+    leaf_type,
+    leaves,
+    validity,
+)
 from datacheck.checks._numpy import Hits, RowMap, check_values, group_by_row
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
@@ -119,7 +126,7 @@ def _column_hits(
     if prof is not None:
         prof.observe(arr)
     if rules.null is not None and arr.null_count:
-        h = group_by_row("null", rules.null, np.asarray(arr.is_null()), RowMap(len(arr)), None)
+        h = group_by_row("null", rules.null, ~validity(arr), RowMap(len(arr)), None)
         return [h] if h is not None else []
     return []
 
