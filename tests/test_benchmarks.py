@@ -77,3 +77,28 @@ def test_gpu_check_steps_run_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert isinstance(rows["guard overhead %"][0], float)
     assert rows["loader host syncs per batch (eager)"] == ["n/a", "not counted on CPU"]
     assert "| CUDA tests (pytest -m gpu) |" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script, args, name",
+    [
+        ("bench_images.py", ["--images", "40", "--workers", "1", "--rounds", "1"], "images"),
+        ("bench_tokens.py", ["--tokens", "200000", "--rounds", "1"], "tokens"),
+    ],
+)
+def test_media_benchmarks_smoke_run(
+    script: str, args: list[str], name: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    r = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results" / f"{name}.json").read_text())
+    assert doc["table"]["rows"] and "floor" in doc["results"]

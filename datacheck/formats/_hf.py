@@ -129,6 +129,7 @@ def _chunks(
 ) -> Iterator[Chunk]:
     offset = 0
     for batch in reader:
+        batch.validate(full=True)  # damaged offsets would read out of bounds: corrupt, not a crash
         found = _media_findings(path, batch, offset, media, rules)
         rest = batch.drop_columns(list(media)) if media else batch
         yield Chunk(row_offset=offset, batch=rest, findings=found)
