@@ -170,3 +170,34 @@ def test_mds_without_hashes_finds_the_broken_sample(tmp_path: Path) -> None:
     assert ("shard.00000.mds", 6, None, "corrupt") in {
         (a, b, c if isinstance(c, str) else None, d) for a, b, c, d in sites(report)
     }
+
+
+def test_hf_audio_column_decoded(tmp_path: Path) -> None:
+    import soundfile as sf
+
+    def wav(nan: bool) -> bytes:
+        x = np.zeros((100, 1), np.float32)
+        if nan:
+            x[10, 0] = np.nan
+        buf = io.BytesIO()
+        sf.write(buf, x, 8000, format="WAV", subtype="FLOAT")
+        return buf.getvalue()
+
+    folder = tmp_path / "train"
+    folder.mkdir()
+    audio_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    features = {"audio": {"_type": "Audio", "sampling_rate": 8000}}
+    schema = pa.schema([("audio", audio_type)])
+    clips = [{"bytes": wav(i == 2), "path": None} for i in range(4)]
+    clips[3] = {"bytes": b"RIFF junk", "path": None}
+    data = folder / "data-00000-of-00001.arrow"
+    with pa.OSFile(str(data), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+        w.write_table(pa.table([pa.array(clips, audio_type)], schema=schema))
+    state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}
+    (folder / "state.json").write_text(json.dumps(state))
+    (folder / "dataset_info.json").write_text(json.dumps({"features": features}))
+    report = scan(folder)
+    assert sites(report) == {
+        ("data-00000-of-00001.arrow", 2, "audio", "nan"),
+        ("data-00000-of-00001.arrow", 3, "audio", "corrupt"),
+    }

@@ -196,3 +196,43 @@ def test_report_summarises_image_folders(tmp_path: Path) -> None:
 
     text = render_text(report)
     assert "media folder" in text and "cat" in text
+
+
+def test_cli_on_an_image_folder(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = image_folder(tmp_path / "imgs")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "datacheck", "scan", str(root), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "media folder" in proc.stdout and "image file is truncated" in proc.stdout
+    report = datacheck.load_report(out)
+    assert report.data["summary"]["status"] == {"ok": 6, "flagged": 1, "corrupt": 4}
+
+
+def test_image_scan_resumes(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "imgs")
+    first = scan(root, out=str(tmp_path / "out"))
+    again = scan(root, out=str(tmp_path / "out"), resume=True)
+    assert again.data["summary"]["status"] == first.data["summary"]["status"]
+    assert len(again.findings) == len(first.findings)
+
+
+def test_parquet_scan_never_imports_pillow_or_soundfile(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1.0, float("nan")]}), tmp_path / "t.parquet")
+    code = (
+        "import sys, datacheck\n"
+        f"datacheck.scan({str(tmp_path / 't.parquet')!r}, executor='inprocess', isolate=False)\n"
+        "print(sorted(m for m in ('PIL', 'soundfile', 'google_crc32c') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
