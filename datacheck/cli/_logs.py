@@ -70,7 +70,8 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         default=200,
         help="largest gap in steps between grad-norm spikes, and to the loss warning, "
-        "for them to count as its precursor (default: %(default)s)",
+        "for them to count as its precursor; also how far back an LR raise makes the LR "
+        "before it the stable one (default: %(default)s)",
     )
     p.add_argument("--format", choices=["text", "json"], default="text", dest="output_format")
     p.set_defaults(func=run)
