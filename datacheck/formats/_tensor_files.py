@@ -61,7 +61,11 @@ def _st_header(mf: MappedFile) -> tuple[dict[str, Any], int]:
         raise TensorFileError(f"header is not valid JSON: {exc}") from exc
     if not isinstance(header, dict):
         raise TensorFileError("header is not a JSON object")
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+    ):
+        raise TensorFileError("__metadata__ is not a map of strings to strings")
     return header, 8 + n
 
 
@@ -118,6 +122,10 @@ class SafetensorsFormat(Format):
         for key, dtype, shape, itemsize, begin, end in entries:
             if begin < prev_end:
                 raise TensorFileError(f"tensor {key!r}: data overlaps the previous tensor's")
+            if begin > prev_end:
+                raise TensorFileError(
+                    f"{begin - prev_end} bytes before tensor {key!r} are no tensor's"
+                )
             prev_end = end
             if dtype in ("F8_E4M3", "F8_E5M2"):
                 sources.append(Source(key, shape, dtype.lower(), itemsize, None))
@@ -128,6 +136,11 @@ class SafetensorsFormat(Format):
             name = "bfloat16" if dtype == "BF16" else np_dtype.name
             sources.append(Source(key, shape, name, np_dtype.itemsize, read))
             spans.append((start + begin, itemsize * math.prod(shape[1:])))
+
+        if prev_end != mf.size - start:  # as the safetensors library: every byte is a tensor's
+            raise TensorFileError(
+                f"{mf.size - start - prev_end} bytes at the end of the data are no tensor's"
+            )
 
         def release(hi: int) -> None:
             for off, row in spans:

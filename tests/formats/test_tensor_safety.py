@@ -462,3 +462,41 @@ def test_int64_wrapping_shape_is_not_a_small_tensor(tmp_path: Path) -> None:
     (tmp_path / "wrap.safetensors").write_bytes(blob)
     entry = scan_one(tmp_path / "wrap.safetensors")
     assert entry["status"] == "corrupt" and "needs" in entry["error"]
+
+
+def _safetensors(header: dict, data: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+@pytest.mark.parametrize(
+    ("header", "data", "error"),
+    [
+        (
+            {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+            bytes(12),
+            "4 bytes at the end of the data are no tensor's",
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}},
+            bytes(8),
+            "4 bytes before tensor 'x' are no tensor's",
+        ),
+        (
+            {
+                "__metadata__": {"format": 1},
+                "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+            },
+            bytes(4),
+            "__metadata__ is not a map of strings to strings",
+        ),
+    ],
+)
+def test_safetensors_the_library_rejects_are_corrupt(
+    header: dict, data: bytes, error: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(_safetensors(header, data))
+    report = datacheck.scan(str(path), out=tmp_path / "out", executor="inprocess")
+    (entry,) = report.data["files"]
+    assert entry["status"] == "corrupt" and entry["error"].endswith(error)
