@@ -84,12 +84,26 @@ def to_numpy(t: Any) -> np.ndarray | None:
         return None
 
 
+def _sparse_values(t: Any) -> Any:
+    """A sparse COO tensor's stored values (checked as a vector: densifying could take any
+    amount of memory), once its indices are known to lie inside its shape."""
+    import torch
+
+    try:
+        torch._validate_sparse_coo_tensor_args(t._indices(), t._values(), t.size())
+    except RuntimeError as exc:
+        raise ValueError(f"sparse tensor is invalid: {exc}") from exc
+    return t._values()
+
+
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Tensors and numbers of a nested dict/list/tuple by dotted key; other leaves dropped."""
     import torch
 
     out: dict[str, Any] = {}
-    if isinstance(obj, torch.Tensor):
+    if isinstance(obj, torch.Tensor) and obj.layout == torch.sparse_coo:
+        out[f"{prefix or SINGLE_KEY}.values"] = _sparse_values(obj)
+    elif isinstance(obj, torch.Tensor):
         out[prefix or SINGLE_KEY] = obj
     elif isinstance(obj, (bool, int, float)):
         out[prefix or SINGLE_KEY] = torch.tensor(obj)

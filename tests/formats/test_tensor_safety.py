@@ -500,3 +500,22 @@ def test_safetensors_the_library_rejects_are_corrupt(
     report = datacheck.scan(str(path), out=tmp_path / "out", executor="inprocess")
     (entry,) = report.data["files"]
     assert entry["status"] == "corrupt" and entry["error"].endswith(error)
+
+
+def test_a_sparse_coo_tensor_is_read_its_values_checked(tmp_path: Path) -> None:
+    i = torch.tensor([[0, 1, 2], [2, 0, 1]])
+    v = torch.tensor([3.0, float("nan"), 5.0])
+    sparse = torch.sparse_coo_tensor(i, v, (3, 3), check_invariants=True)
+    torch.save({"s": sparse, "d": torch.ones(3)}, tmp_path / "a.pt")
+    bad = torch.sparse_coo_tensor(
+        torch.tensor([[0, 9]]), torch.ones(2), (3,), check_invariants=False
+    )
+    torch.save({"s": bad}, tmp_path / "b.pt")
+    report = datacheck.scan(str(tmp_path), out=tmp_path / "out", executor="inprocess")
+    files = {Path(f["path"]).name: f for f in report.data["files"]}
+    assert files["a.pt"]["status"] == "flagged"
+    f = report.findings
+    f = f[f["path"].str.endswith("a.pt")]
+    assert f[["row", "column", "check"]].values.tolist() == [[1, "s.values", "nan"]]
+    assert files["b.pt"]["status"] == "corrupt"
+    assert "sparse" in files["b.pt"]["error"] or "index" in files["b.pt"]["error"]
