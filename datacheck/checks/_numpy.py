@@ -148,7 +148,7 @@ def _magnitude_hits(
     if not rules.bounds and not want_inf:
         return
     if rules.bounds:
-        lim = min(b.max_abs for b in rules.bounds)
+        lim = _below(values.dtype, min(b.max_abs for b in rules.bounds))
         cand = np.flatnonzero((values > lim) | (values < -lim))  # no |x| temporary: ~2x faster
     else:
         cand = np.flatnonzero(np.isinf(values))
@@ -161,7 +161,21 @@ def _magnitude_hits(
     if want_inf and rules.inf is not None:
         sites.add("inf", rules.inf, cand[infinite])
     for b in rules.bounds:
-        sites.add(b.check, b.severity, cand[~infinite & (np.abs(picked) > b.max_abs)])
+        over = np.abs(picked) > _below(values.dtype, b.max_abs)
+        sites.add(b.check, b.severity, cand[~infinite & over])
+
+
+def _below(dtype: np.dtype, bound: float) -> Any:
+    """The largest value of a float ``dtype`` that is <= ``bound``: ``x > bound`` exactly.
+
+    A Python float compared with a float32/float16 array is rounded to the array's type
+    first (NEP 50), so ``float32(65520.0) > 65519.99999999999`` is False: the fp16 overflow
+    bound would let exactly 65520 through.  Integer arrays compare in float64 already.
+    """
+    if dtype.kind != "f":
+        return bound
+    b = dtype.type(bound)
+    return np.nextafter(b, dtype.type(-np.inf)) if float(b) > bound else b
 
 
 def _rule_mask(values: np.ndarray, valid: np.ndarray | None, rule: Any) -> np.ndarray:

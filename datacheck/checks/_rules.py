@@ -170,8 +170,8 @@ def range_holds(rules: ColumnRules, lo: Any, hi: Any, is_float: bool) -> bool:
     NumPy scalar) so a float32 value at a bound compares as in the exact pass and in pandas."""
     if is_float and not (math.isfinite(lo) and math.isfinite(hi)):
         return False
-    if any(lo < -b.max_abs or hi > b.max_abs for b in rules.bounds):
-        return False
+    if any(float(lo) < -b.max_abs or float(hi) > b.max_abs for b in rules.bounds):
+        return False  # magnitude bounds exactly (float32 65520 > the fp16 bound 65519.99...)
     for r in rules.ranges:
         if r.min is not None and (lo < r.min or (lo == r.min and not r.include_min)):
             return False

@@ -90,3 +90,22 @@ def test_bound_ignores_non_finite_and_isin() -> None:
 def test_clean_data_yields_nothing() -> None:
     values = np.linspace(-3, 3, 1000).astype(np.float32)
     assert check_values(values, None, RowMap(1000), default_rules(True, True)) == []
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_fp16_bound_is_exact_in_every_float_width(dtype: type) -> None:
+    """65520 overflows to Inf in float16; 65504 does not.  A float32 column holding exactly
+    65520 must be flagged although the bound (65519.99...) rounds to 65520 in float32."""
+    from datacheck.checks._registry import FP16_OVERFLOW
+
+    if dtype is np.float16:
+        values = np.array([65504.0, -65504.0, 1.0], dtype=dtype)  # 65520 is Inf in float16
+        want: list[int] = []
+    else:
+        values = np.array([65504.0, 65520.0, -65520.0, 65519.0, 1.0], dtype=dtype)
+        want = [1, 2]
+    rules = ColumnRules(bounds=(Bound(FP16_OVERFLOW, "fp16_safe"),))
+    hits = check_values(values, None, RowMap(len(values)), rules)
+    rows = sorted(int(r) for h in hits if h.check == "fp16_safe" for r in h.rows)
+    assert rows == want
+    assert (np.abs(values.astype(np.float64)) > FP16_OVERFLOW).nonzero()[0].tolist() == want
