@@ -26,7 +26,7 @@ def new_figure(width: float, height: float) -> Figure:
     try:
         import matplotlib
     except ModuleNotFoundError as exc:
-        raise UsageError("plots need matplotlib: pip install 'datacheck[notebook]'") from exc
+        raise UsageError("plots need matplotlib: pip install 'datacheck-ml[notebook]'") from exc
 
     headless = sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
