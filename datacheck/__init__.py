@@ -19,6 +19,7 @@ _LAZY = {
     "InferConfig": "datacheck._infer",
     "infer": "datacheck._infer",
     "load_profile": "datacheck.profile",
+    "write_demo": "datacheck._demo",
 }
 
 
@@ -49,4 +50,5 @@ __all__ = [
     "load_report",
     "load_schema",
     "scan",
+    "write_demo",
 ]

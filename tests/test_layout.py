@@ -105,6 +105,7 @@ PUBLIC_FACES = {
         "load_report",
         "load_schema",
         "scan",
+        "write_demo",
     ],
     "datacheck.checks": [
         "CHECKS",

@@ -35,7 +35,9 @@ def _soundfile() -> Any:
     try:
         import soundfile
     except (ModuleNotFoundError, OSError) as exc:  # pragma: no cover - media extra missing
-        raise DecodeError("decoding audio needs soundfile: pip install 'datacheck-ml[media]'") from exc
+        raise DecodeError(
+            "decoding audio needs soundfile: pip install 'datacheck-ml[media]'"
+        ) from exc
     return soundfile
 
 

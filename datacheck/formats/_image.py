@@ -54,7 +54,9 @@ def _pil() -> Any:
     try:
         from PIL import Image
     except ModuleNotFoundError as exc:  # pragma: no cover - the media extra is missing
-        raise DecodeError("decoding images needs Pillow: pip install 'datacheck-ml[media]'") from exc
+        raise DecodeError(
+            "decoding images needs Pillow: pip install 'datacheck-ml[media]'"
+        ) from exc
     return Image
 
 

@@ -135,6 +135,12 @@ def render_text(report: ReportData, show: int = SHOW) -> str:
                 f"  {check:<14}{by_sev.get('error', 0):>10,}{by_sev.get('warning', 0):>10,}"
                 f"{s['values'].get(check, 0):>12,}"
             )
+        if len(s["sites"]) > 1:
+            errors = sum(v.get("error", 0) for v in s["sites"].values())
+            warnings = sum(v.get("warning", 0) for v in s["sites"].values())
+            lines.append(
+                f"  {'total':<14}{errors:>10,}{warnings:>10,}{sum(s['values'].values()):>12,}"
+            )
     lines += _media_lines(s.get("media") or [])
     lines += sample_lines(report, show)
     corrupt = [f for f in report.data["files"] if f["status"] == "corrupt"]

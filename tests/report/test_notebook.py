@@ -110,3 +110,4 @@ def test_notebook_runs_top_to_bottom(kernel_env: str, tmp_path: Path) -> None:
         "rescan of the clean copy: ok=True, status={'ok': 4, 'flagged': 0, 'corrupt': 0}" in clean
     )
     assert "wrote report.html" in _text(cells["html"])
+    assert "exists=False" in _text(cells["cleanup"])  # the temporary folder is gone
