@@ -32,7 +32,10 @@ def comparable(out: str | os.PathLike[str], strip: str = "") -> dict[str, Any]:
 
     doc = json.loads((Path(out) / "report.json").read_text())
     summary = {k: v for k, v in doc["summary"].items() if k != "seconds"}
-    files = [{**f, "path": f["path"].removeprefix(strip)} for f in doc["files"]]
+    files = [
+        {**f, **{k: f[k].removeprefix(strip) for k in ("path", "root") if k in f}}
+        for f in doc["files"]
+    ]
     return {
         "summary": summary,
         "files": files,
