@@ -252,7 +252,8 @@ def _read_json(directory: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise InputError(
-            f"report {str(directory)!r}: no {REPORT_JSON}; pass the --out folder of a scan"
+            f"report {str(directory)!r}: no {REPORT_JSON} (looked for {str(path.absolute())!r}); "
+            "pass the --out folder of a scan"
         ) from exc
     except (OSError, ValueError) as exc:
         raise InputError(f"report {str(path)!r}: unreadable ({exc}); rerun the scan") from exc

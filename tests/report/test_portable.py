@@ -101,3 +101,12 @@ def test_scan_progress_flag(
 def test_scan_progress_must_be_a_flag_or_a_callable(demo_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(dc.UsageError, match="progress='yes'"):
         dc.scan(demo_dir, out=tmp_path / "out", executor="inprocess", progress="yes")
+
+
+def test_missing_report_names_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as err:
+        dc.load_report("dc-report")
+    assert f"looked for {str(tmp_path / 'dc-report' / 'report.json')!r}" in str(err.value)
