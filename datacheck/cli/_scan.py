@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from datacheck.cli._base import add_show_argument, positive_int
+from datacheck.cli._base import add_show_argument, non_negative_float, positive_int
 from datacheck.execute import EXECUTOR_NAMES
 
 __all__ = ["add_parser"]
@@ -66,7 +66,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--unit-timeout",
-        type=float,
+        type=non_negative_float,
         metavar="SECONDS",
         help="report a file corrupt when reading one unit of it takes longer "
         "(default: 300 s plus 1 s per 4 MiB; 0: no limit)",

@@ -79,6 +79,7 @@ def test_json_summary_on_stdout(demo_dir: Path, tmp_path: Path) -> None:
         (["scan", ".", "--fail-on", "sometimes"], "invalid choice"),
         (["scan", ".", "--workers", "0"], "argument --workers: must be >= 1, got 0"),
         (["scan", ".", "--unit-mb", "0"], "argument --unit-mb: must be >= 1, got 0"),
+        (["scan", ".", "--unit-timeout", "-1"], "argument --unit-timeout: must be a number >= 0"),
         (["scan", "nothing/*.parquet"], "glob 'nothing/*.parquet' matches no file"),
         (["scan"], "required"),
         (
