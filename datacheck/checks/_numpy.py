@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from datacheck.checks._registry import Severity
-from datacheck.checks._rules import ColumnRules, Range, range_holds
+from datacheck.checks._rules import Allowed, ColumnRules, Range, range_holds
 
 
 @dataclass(frozen=True)
@@ -178,28 +178,26 @@ def _below(dtype: np.dtype, bound: float) -> Any:
     return np.nextafter(b, dtype.type(-np.inf)) if float(b) > bound else b
 
 
-def _rule_mask(values: np.ndarray, valid: np.ndarray | None, rule: Any) -> np.ndarray:
+def _rule_mask(
+    values: np.ndarray, valid: np.ndarray | None, rule: Range | Allowed, finite: np.ndarray | None
+) -> np.ndarray:
     """A range or membership rule's failures, with pandera's ``ignore_na``: by default a
-    null or NaN is skipped; with ``ignore_na: false`` it fails.  Inf is skipped (it is
-    always an ``inf`` finding)."""
-    is_float = values.dtype.kind == "f"
+    null or NaN is skipped; with ``ignore_na: false`` it fails.  Inf is skipped by ranges
+    (it is always an ``inf`` finding).  ``finite``: ``np.isfinite(values)`` for float data."""
     if isinstance(rule, Range):
         mask = _range_mask(values, rule)
     else:
         mask = np.isin(values, np.asarray(rule.values), invert=not rule.negate)
-    nan = np.isnan(values) if is_float else None
-    if rule.ignore_na:
-        if nan is not None:
-            mask &= ~nan
-            if isinstance(rule, Range):
-                mask &= ~np.isinf(values)
-        if valid is not None:
+    if finite is not None:
+        if rule.ignore_na:
+            mask &= finite if isinstance(rule, Range) else ~np.isnan(values)
+        else:
+            mask &= finite | np.isnan(values) if isinstance(rule, Range) else True
+            mask |= np.isnan(values)
+    if valid is not None:
+        if rule.ignore_na:
             mask &= valid
-    else:
-        if nan is not None:
-            mask &= ~np.isinf(values)
-            mask |= nan
-        if valid is not None:
+        else:
             mask |= ~valid
     return mask
 
@@ -229,7 +227,8 @@ def check_values(
         h = group_by_row("null", rules.null, ~valid, rowmap, None)
         if h is not None:
             out.append(h)
-    strict_na = any(not r.ignore_na for r in (*rules.ranges, *rules.allowed))
+    value_rules: tuple[Range | Allowed, ...] = (*rules.ranges, *rules.allowed)
+    strict_na = any(not r.ignore_na for r in value_rules)
     if valid is None and not strict_na and _quick_clean(values, rules, minmax):
         return out
     is_float = values.dtype.kind == "f"
@@ -240,6 +239,8 @@ def check_values(
             nan &= valid
         sites.add("nan", rules.nan, np.flatnonzero(nan))
     _magnitude_hits(values, valid, rules, is_float, sites)
-    for rule in (*rules.ranges, *rules.allowed):
-        sites.add(rule.check, rule.severity, np.flatnonzero(_rule_mask(values, valid, rule)))
+    finite = np.isfinite(values) if is_float and value_rules else None
+    for rule in value_rules:
+        mask = _rule_mask(values, valid, rule, finite)
+        sites.add(rule.check, rule.severity, np.flatnonzero(mask))
     return out + sites.hits(rowmap, values)

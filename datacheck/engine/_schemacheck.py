@@ -367,6 +367,11 @@ def file_findings(
         spec = schema.index[0]
         out += _dtype_finding(path, spec.name, pa.int64(), spec)
     known = [c for c in columns if c not in index]
+    if schema.dtype is not None and not schema.columns:  # pandera: then it covers every column
+        for name in known:
+            if run.spec(name) is None and not dtype_matches(schema.dtype, types.get(name)):
+                msg = f"dtype {types.get(name)}, schema says {schema.dtype}"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
     if schema.strict is True:
         for name in known:
             if run.spec(name) is None:

@@ -47,9 +47,10 @@ DIFFERENCES: dict[str, str] = {
     "work unit and keeps those columns' values in memory. A column's nulls are ignored, as in "
     "pandera.",
     "fp16": "float columns without `max_abs` keep datacheck's own `extreme` warning "
-    "(|x| > 65504, the float16 maximum); pandera has no such check.",
+    "(abs(x) > 65504, the float16 maximum); pandera has no such check.",
     "text_dtype": "CSV/JSON Lines store no types: a column the schema gives a numeric or `str` "
-    "dtype is read as that type, others as Arrow infers them (pandas may infer another).",
+    "dtype is read as that type (a CSV cell that is not a number is a `schema` finding at its "
+    "row), others as Arrow infers them (pandas may infer another).",
     "aggregate": "a check whose result is one value (`unique_values_eq`, a custom aggregate, "
     "schema-level) is evaluated once on the whole file: its columns are held in memory.",
     "index": "`index` levels are the columns pandas stored the index in (Parquet); with none "
@@ -155,6 +156,8 @@ class CompiledSchema:
     """Schema-level pandera checks, run on the file's rows as a pandas DataFrame."""
     index: tuple[ColumnSpec, ...] = ()
     """Index levels, checked on the columns pandas stored the index in (or the row number)."""
+    dtype: str | None = None
+    """A schema-level ``dtype``: every column of the file must have it."""
     mostly: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     """Column -> finding check -> the fraction of rows that must pass (a check's ``mostly``
     option); the scan's verdict tolerates the rest (see ``datacheck.report._gate``)."""
@@ -316,7 +319,10 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         raise SchemaError(f"{where}: only string column names are supported")
     if getattr(column, "parsers", None):
         raise SchemaError(f"{where}: parsers are not supported; remove them")
-    dtype = column.dtype if column.dtype is not None else getattr(frame, "dtype", None)
+    if getattr(column, "on_missing", None) is not None:
+        raise SchemaError(f"{where}: on_missing is not supported; remove it")
+    frame_dtype = getattr(frame, "dtype", None)  # pandera: it overrides the columns' dtypes
+    dtype = frame_dtype if frame_dtype is not None else column.dtype
     dname = dtype_name(dtype, where)
     bounds: list[Bound] = []
     ranges: list[Range] = []
@@ -451,4 +457,5 @@ def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
         unique=unique,
         frame_checks=tuple(schema.checks),
         index=index,
+        dtype=dtype_name(schema.dtype, f"schema {source!r}"),
     )

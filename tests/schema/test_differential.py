@@ -229,6 +229,18 @@ def _cases() -> list[Case]:
             _t(a=[1, 2]),
         ),
         Case(
+            "schema-level dtype",
+            pa_.DataFrameSchema({"a": C(int)}, dtype="float64"),
+            _t(a=[1, 2], b=[1, 2]),
+            formats=("parquet",),
+        ),
+        Case(
+            "schema-level dtype, no columns",
+            pa_.DataFrameSchema(dtype="float64"),
+            _t(a=[1, 2], b=[1.0, 2.0]),
+            formats=("parquet",),
+        ),
+        Case(
             "bool column",
             pa_.DataFrameSchema({"b": C(bool, Chk.eq(True))}),
             _t(b=[True, False, True]),

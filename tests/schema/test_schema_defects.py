@@ -385,3 +385,11 @@ def test_20_a_dataset_is_shards_named_alike_or_with_the_same_columns(tmp_path: P
     assert list(zip(f.path.str.rsplit("/", n=1).str[-1], f.check, strict=True)) == [
         ("part-0002.parquet", "schema")
     ]
+
+
+def test_readme_lists_every_documented_difference() -> None:
+    from datacheck.schema._compile import DIFFERENCES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for key, text in DIFFERENCES.items():
+        assert f"| `{key}` | {text} |" in readme, key
