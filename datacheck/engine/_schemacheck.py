@@ -366,6 +366,10 @@ def file_findings(
     if schema.index and not run.stored_index:
         spec = schema.index[0]
         out += _dtype_finding(path, spec.name, pa.int64(), spec)
+    stored = len(run.stored_index) or 1  # no stored index: the row number, one level
+    for spec in schema.index[stored:]:
+        msg = f"index level missing: the file stores {stored} index level(s)"
+        out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
     known = [c for c in columns if c not in index]
     if schema.dtype is not None and not schema.columns:  # pandera: then it covers every column
         for name in known:

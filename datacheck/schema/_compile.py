@@ -379,7 +379,9 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         getattr(frame, "add_missing_columns", False)
         and (column.default is not None or column.nullable)
     )
-    aggregate = any(c.name not in ELEMENTWISE for c in other)
+    aggregate = any(
+        c.name not in ELEMENTWISE and not getattr(c, "element_wise", False) for c in other
+    )
     return ColumnSpec(
         name,
         rules,

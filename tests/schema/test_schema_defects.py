@@ -393,3 +393,41 @@ def test_readme_lists_every_documented_difference() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for key, text in DIFFERENCES.items():
         assert f"| `{key}` | {text} |" in readme, key
+
+
+def test_dataframe_model_config_is_honoured(tmp_path: Path) -> None:
+    class Model(pa_.DataFrameModel):
+        a: int = pa_.Field(ge=0, unique=True)
+        b: float = pa_.Field(nullable=True)
+
+        class Config:
+            strict = True
+            ordered = True
+            coerce = True
+
+    t = pa.table({"b": [1.0, 2.0, 3.0], "a": pa.array([1, -1, 1], pa.int32()), "c": [0, 0, 0]})
+    r = _scan(tmp_path, t, Model)
+    got = {(s[0], s[1], s[2]) for s in _sites(r)}
+    assert {(1, "a", "out_of_range"), (0, "a", "unique"), (2, "a", "unique")} <= got
+    assert (None, "c", "schema") in got  # strict
+    assert (None, "b", "schema") in got  # ordered: b before a
+    assert not any(v.startswith("dtype") for v in r.findings.value.dropna())  # coerce: int32
+
+
+def test_multiindex_levels(tmp_path: Path) -> None:
+    schema = pa_.DataFrameSchema(
+        {"x": pa_.Column(float)},
+        index=pa_.MultiIndex([pa_.Index(int, pa_.Check.ge(0), name="a"), pa_.Index(str, name="b")]),
+    )
+    df = pd.DataFrame(
+        {"x": [1.0, 2.0]}, index=pd.MultiIndex.from_tuples([(1, "u"), (-1, "v")], names=["a", "b"])
+    )
+    df.to_parquet(tmp_path / "d.parquet")
+    r = datacheck.scan(tmp_path / "d.parquet", schema=schema, out=tmp_path / "o")
+    assert {(s[0], s[1], s[2]) for s in _sites(r)} == {(1, "a", "out_of_range")}
+    pq.write_table(pa.table({"x": [1.0]}), tmp_path / "e.parquet")  # no index stored
+    r = datacheck.scan(tmp_path / "e.parquet", schema=schema, out=tmp_path / "o2")
+    assert [
+        (c, v.startswith("index level missing"))
+        for c, v in zip(r.findings.column, r.findings.value, strict=True)
+    ] == [("b", True)]
