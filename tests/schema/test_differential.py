@@ -285,3 +285,83 @@ def test_ranges_at_the_bounds(tmp_path_factory, values, lo, width) -> None:
     )
     case = Case("hypothesis", schema, _t(x=_f(values, t)))
     assert run(case, "parquet", tmp_path_factory.mktemp("h")) == []
+
+
+IO_SHAPED_YAML = """
+schema_type: dataframe
+columns:
+  n:
+    title: a count
+    dtype: int64
+    nullable: false
+    checks:
+    - value: 0
+      options: {check_name: greater_than, raise_warning: false, ignore_na: true}
+    - min_value: 0
+      max_value: 8
+      include_min: true
+      include_max: true
+      options: {check_name: in_range}
+  word:
+    dtype: str
+    checks:
+      isin:
+        value: [foo, bar, xy]
+        options: {raise_warning: false, ignore_na: true}
+      str_length: {min_value: 1, max_value: 3}
+  when:
+    dtype: datetime64[ns]
+    checks:
+    - value: '2010-01-01 00:00:00'
+      options: {check_name: greater_than}
+  wait:
+    dtype: timedelta64[ns]
+    checks:
+    - value: 1000
+      options: {check_name: less_than}
+  maybe_.*:
+    dtype: str
+    nullable: true
+    required: false
+    regex: true
+    str_length: {min_value: 1, max_value: 2}
+  anything:
+    dtype: null
+    checks:
+    - value: [foo, bar]
+      options: {check_name: isin}
+checks: null
+index:
+- dtype: int64
+  nullable: false
+  checks: null
+  name: null
+strict: true
+"""
+
+
+def test_yaml_in_the_shapes_pandera_reads(tmp_path: Path) -> None:
+    """List, dict and flat check forms, unary ``value:`` statistics, datetime and timedelta
+    bounds, a pattern column and a column with no dtype: datacheck reading the YAML file and
+    pandera reading the same text agree on the same Parquet file."""
+    import pyarrow.parquet as pq
+    from _differential import datacheck_sites, explain, pandera_sites
+
+    schema_path = tmp_path / "s.yaml"
+    schema_path.write_text(IO_SHAPED_YAML)
+    schema = pa_.DataFrameSchema.from_yaml(IO_SHAPED_YAML)
+    data = _t(
+        n=[1, 0, 9, 4],
+        word=["foo", "bar", "zzzz", "xy"],
+        when=pa.array(pd.to_datetime(["2011-01-01", "2009-01-01", "2015-01-01", "2012-01-01"])),
+        wait=pa.array(pd.to_timedelta([10, 2000, 5, 999], unit="ns")),
+        maybe_a=["a", None, "abc", "ab"],
+        anything=["foo", "bar", "baz", "foo"],
+    )
+    path = tmp_path / "data.parquet"
+    pq.write_table(data, path, row_group_size=2)
+    pandera, nan_null = pandera_sites(schema, path)
+    ours, findings = datacheck_sites(schema_path, path, tmp_path / "o", None)
+    case = Case("io-shaped", schema, data)
+    assert pandera  # the planted faults are found at all
+    assert explain(case, "parquet", pandera, nan_null, ours, findings, data.to_pandas()) == []
