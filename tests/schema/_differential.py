@@ -25,6 +25,8 @@ from datacheck.checks._pandas import RANGE_NAMES
 
 Site = tuple[Any, str, Any]
 """(column, check, row): row None for column- and file-level findings."""
+SEVERITY: dict[tuple[str, Site], str] = {}
+"""Severity of each site, by side (``pandera`` / ``datacheck``), of the last comparison."""
 
 
 @dataclass
@@ -97,7 +99,9 @@ _PANDERA_CHECKS = {
 
 
 def pandera_sites(schema: Any, path: Path) -> tuple[set[Site], set[Site]]:
-    """pandera's failure cases as sites; the second set holds the NaN values it calls null."""
+    """pandera's failure cases as sites; the second set holds the NaN values it calls null.
+    Severities (a ``raise_warning`` check's failures are warnings) go to :data:`SEVERITY`."""
+    SEVERITY.clear()
     quiet = copy.deepcopy(schema)  # warnings are failure cases too, for the comparison
     for c in [*quiet.columns.values(), quiet]:
         for check in c.checks:
@@ -156,6 +160,9 @@ def pandera_sites(schema: Any, path: Path) -> tuple[set[Site], set[Site]]:
         if chk.startswith("column_in_dataframe") or name == "schema" and chk.startswith("dtype("):
             row = None
         out.add((col, name, row))
+        warning = chk not in _PANDERA_CHECKS and not chk.startswith(("dtype(", "coerce_dtype("))
+        warning = warning and _name(schema, ctx, r.column, r.check_number)[1]
+        SEVERITY["pandera", (col, name, row)] = "warning" if warning else "error"
     return out, nan_null
 
 
@@ -169,7 +176,9 @@ def datacheck_sites(
         col = None if pd.isna(r.column) else r.column
         if index_name is not None and col == index_name:
             col = "<index>"
-        sites.add((col, r.check, None if pd.isna(r.row) else int(r.row)))
+        site = (col, r.check, None if pd.isna(r.row) else int(r.row))
+        sites.add(site)
+        SEVERITY["datacheck", site] = r.severity
     return sites, f
 
 
@@ -224,6 +233,10 @@ def explain(
         if check == "schema" and row is None and fmt == "csv":
             continue  # "dtype": a text file's column has the type Arrow infers
         problems.append(f"datacheck only: {site} (value {v!r})")
+    for site in pandera & ours:  # the same finding must be as severe on both sides
+        theirs, mine = SEVERITY.get(("pandera", site)), SEVERITY.get(("datacheck", site))
+        if theirs != mine:
+            problems.append(f"severity of {site}: pandera {theirs}, datacheck {mine}")
     return problems
 
 
