@@ -6,7 +6,9 @@ fresh subprocess (the shared harness, ``_harness.py``: wall time and the child's
 and prints ratios to the floor:
 
 1. floor:    pyarrow reads every row group and does nothing else;
-2. datacheck: ``datacheck.scan`` with default checks, one worker (in-process);
+2. datacheck: ``datacheck.scan`` with default checks, one worker (``inprocess``: readers in one
+   isolated worker process, whose own peak RSS is reported as ``worker RSS``);
+   ``datacheck-unisolated``: the same with ``isolate=False`` (readers in the process itself);
 3. pandas:   ``read_parquet`` + ``isnull().sum()`` + ``np.isinf(...).sum()``;
 4. pandera:  validating the same checks (finite, fp16 bound) on pandas;
 5. nan10:    datacheck on a shard where 10% of values are NaN, against its clean twin.
@@ -76,10 +78,21 @@ def v_floor(paths: list[str]) -> None:
             pf.read_row_group(i)
 
 
-def v_datacheck(paths: list[str]) -> None:
+def v_datacheck(paths: list[str], isolate: bool = True) -> dict[str, float]:
     import datacheck
+    from datacheck.execute import _workers
 
-    datacheck.scan(paths, executor="inprocess", workers=1, fail_on="never")
+    datacheck.scan(paths, executor="inprocess", workers=1, fail_on="never", isolate=isolate)
+    peaks = [_vm_hwm_mb(w.proc.pid) for w in _workers._IDLE]  # the reader ran there
+    return {"worker_rss_mb": max(peaks, default=0.0)}
+
+
+def _vm_hwm_mb(pid: int | None) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def v_pandas(paths: list[str]) -> None:
@@ -114,6 +127,7 @@ def v_pandera(paths: list[str]) -> None:
 VARIANTS = {
     "floor": v_floor,
     "datacheck": v_datacheck,
+    "datacheck-unisolated": lambda paths: v_datacheck(paths, isolate=False),
     "pandas": v_pandas,
     "pandera": v_pandera,
     # the 10%-NaN shard against its clean twin (the paths are given to the child)
@@ -143,16 +157,18 @@ def main() -> None:
         f"{args.rows:,} rows each; one row group = {rg_bytes / 1e6:.0f} MB in memory"
     )
     load = os.getloadavg()
-    main_variants = ["floor", "datacheck", "pandas", "pandera"]
+    main_variants = ["floor", "datacheck", "datacheck-unisolated", "pandas", "pandera"]
     best = interleaved(__file__, main_variants, paths, args.repeat)
     nan = interleaved(__file__, ["nan10-clean", "nan10-nan"], [str(root)], args.repeat)
     floor = best["floor"]["seconds"]
     table = Table(
-        ["variant", "seconds", "× floor", "peak RSS (MB)"], title="scan, in-process, one worker"
+        ["variant", "seconds", "× floor", "peak RSS (MB)", "worker RSS (MB)"],
+        title="scan, one worker",
     )
     for v in main_variants:
         r = best[v]
-        table.rows.append([v, r["seconds"], r["seconds"] / floor, r["rss_mb"]])
+        worker = r.get("worker_rss_mb") or ""
+        table.rows.append([v, r["seconds"], r["seconds"] / floor, r["rss_mb"], worker])
     ratio = nan["nan10-nan"]["seconds"] / nan["nan10-clean"]["seconds"]
     table.rows.append(
         [
@@ -160,6 +176,7 @@ def main() -> None:
             nan["nan10-nan"]["seconds"],
             ratio,
             nan["nan10-nan"]["rss_mb"],
+            nan["nan10-nan"].get("worker_rss_mb", ""),
         ]
     )
     write_results(

@@ -20,6 +20,7 @@ caller scanning folder after folder), so only the first scan pays for starting t
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import math
 import multiprocessing as mp
@@ -27,9 +28,11 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
+import warnings
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
@@ -39,7 +42,7 @@ from datacheck.execute._base import OnPoison, Unit, UnitFn
 
 __all__ = ["RemoteTraceback", "memory_limit", "prestart", "run_isolated", "unit_time_limit"]
 
-_CTX = mp.get_context("spawn")  # no fork: Arrow's thread pools do not survive it
+_SPAWN = mp.get_context("spawn")
 _IDLE: list[_Worker] = []
 """Healthy idle workers, kept for the next run in this process."""
 _MAX_IDLE = 64
@@ -120,6 +123,9 @@ def _enter(context: dict[str, Any]) -> None:
 def _serve(conn: Connection, preload: tuple[str, ...]) -> None:
     """A worker's loop: receive the function once per run, then units; send back results."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has the parent's handler
+    if not os.environ.get("PYTHONFAULTHANDLER"):  # a crash on a damaged file is a finding:
+        faulthandler.disable()  # no dump of a forked worker's stack on the user's terminal
     _import_all(preload)
     fn: Any = None
     while True:
@@ -145,16 +151,32 @@ def _serve(conn: Connection, preload: tuple[str, ...]) -> None:
             conn.send(("error", None, traceback.format_exc()))
 
 
+def _start_method() -> Any:
+    """``fork`` while this process runs no other Python thread (a CLI scan: the worker starts
+    with everything imported, in milliseconds), else ``spawn`` (a notebook or a dask client:
+    another thread may hold a lock a forked child would inherit held).  Native helper threads
+    (OpenBLAS, jemalloc, Arrow's pools) re-initialise themselves in a forked child."""
+    if sys.platform == "linux" and threading.active_count() == 1:
+        return mp.get_context("fork")
+    return _SPAWN
+
+
 class _Worker:
     """One worker process, its pipe, and the unit it is running (if any)."""
 
     def __init__(self, preload: tuple[str, ...]) -> None:
-        parent, child = _CTX.Pipe()
-        self.proc = _CTX.Process(
+        ctx = _start_method()
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(
             target=_serve, args=(child, preload), daemon=True, name="datacheck-worker"
         )
-        self.proc.start()
+        with warnings.catch_warnings():  # Python >= 3.12 warns about fork beside any thread
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.proc.start()
         child.close()
+        self.base_memory = 0
+        """Anonymous memory the worker held when its unit started (a forked worker shares
+        its parent's pages): the memory limit counts what the unit adds."""
         self.conn: Connection = parent
         self.fn_token = ""
         self.index = -1
@@ -209,6 +231,8 @@ def _take(n: int, preload: tuple[str, ...]) -> list[_Worker]:
 def prestart(preload: Sequence[str] = ()) -> None:
     """Start a worker now, importing ``preload``, unless one is idle: its start-up then
     overlaps whatever the caller does before running units (listing files, loading a schema)."""
+    if _start_method() is not _SPAWN:  # a forked worker starts at once, with all imported
+        return
     if not any(w.alive() for w in _IDLE):
         _IDLE.append(_Worker(tuple(preload)))
 
@@ -312,11 +336,12 @@ def _collect(
         timeout = min(timeout, MEMORY_POLL_S)
     sentinels = {w.proc.sentinel: w for w in busy.values()}
     ready = wait([*busy, *sentinels], timeout=None if math.isinf(timeout) else timeout)
-    ended = {busy[r] if r in busy else sentinels[r] for r in ready}  # type: ignore[index]
+    ended = {busy[r] if r in busy else sentinels[r] for r in ready}
     for w in ended:
         msg = _receive(w)
         if msg is not None and msg[0] == "start":
             w.deadline = time.monotonic() + w.limit
+            w.base_memory = _anon_bytes(w.proc.pid)
             continue
         del busy[w.conn]
         if msg is None:  # the process died with the unit
@@ -337,7 +362,7 @@ def _collect(
             del busy[conn]
             w.kill()
             yield on_poison(w.unit, f"the reader timed out after {w.limit:g} s")
-        elif not math.isinf(memory) and _anon_bytes(w.proc.pid) > memory:
+        elif not math.isinf(memory) and _anon_bytes(w.proc.pid) - w.base_memory > memory:
             del busy[conn]
             w.kill()
             mib = memory / (1 << 20)

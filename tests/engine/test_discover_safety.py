@@ -90,5 +90,6 @@ def test_a_reader_error_quotes_only_a_short_escaped_excerpt_of_the_file(tmp_path
     path.write_text("a,b\n1,2\nroot:x:0:0:root:/root:/bin/bash\x1b[31m-and-more-secret-text\n")
     report = datacheck.scan(path, out=tmp_path / "out", executor="inprocess")
     error = report.files.iloc[0]["error"]
-    assert error.startswith("ArrowInvalid: CSV parse error: Expected 2 columns, got 1: root:x:0")
+    assert error.startswith("ArrowInvalid: CSV parse error: ")
+    assert "Expected 2 columns, got 1: root:x:0" in error
     assert "secret" not in error and "\x1b" not in error and error.endswith("...")

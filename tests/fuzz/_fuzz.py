@@ -237,7 +237,10 @@ def _scan(folder: Path, out: Path) -> tuple[str, dict[str, Any] | None, str]:
     return "ok", report, tail
 
 
-def _file_outcomes(report: dict[str, Any], names: list[str]) -> tuple[Counter[str], bool]:
+def _file_outcomes(
+    report: dict[str, Any], names: list[str], contained: list[str] | None = None
+) -> tuple[Counter[str], bool]:
+    """Counts by status and by how a reader ended; names of contained failures to ``contained``."""
     counts: Counter[str] = Counter()
     listed = Counter(Path(f["path"]).name for f in report["files"])
     listed.update(Path(p).name for p in report["ignored"])
@@ -245,13 +248,19 @@ def _file_outcomes(report: dict[str, Any], names: list[str]) -> tuple[Counter[st
     for f in report["files"]:
         counts[f["status"]] += 1
         error = f.get("error") or ""
-        if error.startswith("the reader crashed"):
-            counts["reader_crashed"] += 1
-        elif error.startswith("the reader timed out"):
-            counts["reader_timed_out"] += 1
-        elif error.startswith("the reader needed more than"):
-            counts["reader_over_memory"] += 1
+        for kind, start in _CONTAINED.items():
+            if error.startswith(start):
+                counts[kind] += 1
+                if contained is not None:
+                    contained.append(f"{Path(f['path']).name}: {error}")
     return counts, complete
+
+
+_CONTAINED = {
+    "reader_crashed": "the reader crashed",
+    "reader_timed_out": "the reader timed out",
+    "reader_over_memory": "the reader needed more than",
+}
 
 
 class Fuzzer:
@@ -265,6 +274,8 @@ class Fuzzer:
         self.batches: Counter[str] = Counter()
         self.files: Counter[str] = Counter()
         self.failures: list[dict[str, Any]] = []
+        self.contained: list[str] = []
+        """Mutants whose reader crashed, hung or ran out of memory (contained by isolation)."""
         self.mutants = 0
         self.digest = hashlib.sha256()
 
@@ -289,7 +300,7 @@ class Fuzzer:
         self.mutants += len(mutants)
         outcome, report, tail = _scan(folder, work / f"o{round_no}")
         if report is not None:
-            counts, complete = _file_outcomes(report, list(mutants))
+            counts, complete = _file_outcomes(report, list(mutants), self.contained)
             self.files.update(counts)
             if not complete:
                 outcome = "lost"
@@ -325,6 +336,7 @@ class Fuzzer:
             "batches": dict(self.batches),
             "files": dict(self.files),
             "failures": self.failures[:50],
+            "contained": self.contained[:100],
         }
 
 
