@@ -204,13 +204,13 @@ class SchemaRun:
         offset: int,
         emit: Emit,
         merged: dict[tuple[str, Severity], np.ndarray] | None = None,
-    ) -> list[fnd.Finding]:
+    ) -> None:
+        """Failing rows go to ``merged`` (one mask per check name) or straight to ``emit``."""
         name, sev = report_name(check), _severity(check)
         if out.error is not None:  # once per column and check, row null
-            self.errors.setdefault(
-                (column, name), fnd.Finding(self.path, name, sev, out.error, column)
-            )
-            return []
+            finding = fnd.Finding(self.path, name, sev, out.error, column)
+            self.errors.setdefault((column, name), finding)
+            return
         for col, rows in (out.bad or {}).items():
             if merged is not None:
                 mask = merged.setdefault((name, sev), np.zeros(n, dtype=bool))
@@ -221,7 +221,6 @@ class SchemaRun:
                 h = group_by_row(name, sev, mask, RowMap(n), None)
                 if h is not None:
                     emit(col, h, offset)
-        return []
 
     # --- per batch ----------------------------------------------------------------------
 
