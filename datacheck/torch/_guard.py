@@ -1,16 +1,18 @@
 """TrainingGuard: the gradient side of the runtime guard.
 
-``guard.step(loss)`` replaces ``optimizer.step()`` (and ``scaler.step`` / ``scaler.update``).
-Each step it computes one total gradient norm (foreach), shares (flags, loss, norm) with
-every rank in one small all-reduce, and runs the same policy on every rank:
+``guard.step(loss)`` replaces ``optimizer.step()`` (and ``scaler.step`` / ``scaler.update``);
+with gradient accumulation, ``guard.backward(loss)`` per micro-batch, then ``guard.step()``.
+Each step it computes one total gradient norm (foreach), shares (loss, norm, flags) with every
+rank in one small all-reduce, and runs the same policy on every rank (``_guard_policy``):
 
-    healthy            -> step (clipped to ``clip_norm`` when above it)
-    grad-norm spike    -> warn (the early sign), then step on clipped gradients
-    fp16 overflow      -> let the GradScaler skip and lower its scale (normal, not divergence)
-    NaN/Inf or a loss spike -> skip: weights and optimizer state untouched
-    ``rollback_after`` bad steps in a row (or a collapsing loss scale)
-                       -> roll back to the last good snapshot and lower the LR
-    ``max_rollbacks`` rollbacks without progress -> stop with a clear message
+    healthy                  -> step (clipped to ``clip_norm`` when above it)
+    grad-norm spike          -> warn, step on clipped gradients
+    fp16 overflow            -> the GradScaler skips and lowers its scale (normal)
+    NaN/Inf or a loss spike  -> skip the batch (bad data: weights and optimizer untouched);
+                                samples with per-sample evidence are quarantined and excluded
+    divergence               -> roll back to the last good snapshot; cut the LR when an earlier
+                                rollback did not help; restore it after stable steps
+    rollbacks that keep not helping -> stop with a clear message
 
 Every action is a line in a JSON Lines log (one file per rank).
 """
@@ -18,85 +20,58 @@ Every action is a line in a JSON Lines log (one file per rank).
 from __future__ import annotations
 
 import math
-import statistics
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from datacheck.errors import UsageError
 from datacheck.torch import _dist
+from datacheck.torch._guard_device import DeviceDecisions, scaled_lr
 from datacheck.torch._guard_log import (
+    SKIPPED_KINDS,
     EventLog,
     bad_steps,
     guard_quarantine,
     name_samples,
     quarantine_records,
 )
+from datacheck.torch._guard_policy import Escalation, Plan, Policy
 from datacheck.torch._guard_types import (
     Action,
+    ExcludingLoader,
     GuardConfig,
     StepResult,
     TrainingStopped,
 )
-from datacheck.torch._snapshots import SnapshotStore, capture_rng, restore_rng
+from datacheck.torch._snapshots import SnapshotStore, capture_state, restore_state
 from datacheck.torch._syncfree import MaskedStep
 
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
 
-
-class _Window:
-    """Recent finite values and their median."""
-
-    def __init__(self, size: int, warmup: int) -> None:
-        self.values: deque[float] = deque(maxlen=size)
-        self.warmup = warmup
-
-    def level(self) -> float | None:
-        if not self.values or len(self.values) < min(self.warmup, self.values.maxlen or 0):
-            return None
-        return statistics.median(self.values)
-
-    def is_spike(self, value: float, factor: float) -> tuple[bool, float | None]:
-        level = self.level()
-        return (level is not None and level > 0 and value >= factor * level), level
-
-    def push(self, value: float) -> None:
-        if math.isfinite(value):
-            self.values.append(value)
+_STATE_VERSION = 1
 
 
-@dataclass
-class _Plan:
-    """The decision for one step, built from the shared rank table."""
-
-    action: Action
-    events: list[dict[str, Any]] = field(default_factory=list)
-    ranks: tuple[int, ...] = ()
-    escalate: bool = False
-
-    def add(self, kind: str, severity: str, **values: Any) -> None:
-        self.events.append({"kind": kind, "severity": severity, **values})
-
-
-class TrainingGuard:
+class TrainingGuard(DeviceDecisions):
     """Guards optimizer steps against NaN/Inf, loss spikes and divergence.
 
     Example:
-        >>> guard = TrainingGuard(model, optimizer, clip_norm=1.0, log="guard.jsonl")
+        >>> guard = TrainingGuard(model, optimizer, scheduler=sched, log="guard.jsonl")
         >>> loss.backward()
         >>> guard.step(loss)            # instead of optimizer.step()
-        >>> optimizer.zero_grad(set_to_none=True)
+        >>> sched.step(); optimizer.zero_grad(set_to_none=True)
 
     Args:
         model: The model (a DDP model gets a communication hook for rank attribution).
         optimizer: The optimizer whose ``step`` the guard calls.
         scaler: A ``torch.amp.GradScaler`` when training in fp16.
-        scheduler: An LR scheduler to snapshot and to keep in line with LR cuts.
+        scheduler: The LR scheduler (snapshotted with the rest of the state).
+        loader: A ``GuardedLoader``: samples the guard names are excluded from the rest of the
+            run, and its epoch goes in the quarantine rows.
         config: A :class:`GuardConfig`; or pass its fields as keyword arguments.
         process_group: The group to agree over (default: the world).
         **options: :class:`GuardConfig` fields, when ``config`` is not given.
@@ -109,6 +84,7 @@ class TrainingGuard:
         scaler: Any = None,
         *,
         scheduler: Any = None,
+        loader: ExcludingLoader | None = None,
         config: GuardConfig | None = None,
         process_group: Any = None,
         **options: Any,
@@ -118,41 +94,42 @@ class TrainingGuard:
                 f"TrainingGuard: pass config= or options, not both (got {sorted(options)})"
             )
         self.config = cfg = config if config is not None else GuardConfig(**options)
-        self.model, self.optimizer, self.scaler, self.scheduler = (
-            model,
-            optimizer,
-            scaler,
-            scheduler,
-        )
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.scheduler, self.loader = scheduler, loader
         self.world = _dist.World.detect(process_group)
         self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         self._hook = self._maybe_install_hook()
-        self._snaps = SnapshotStore(
-            cfg.keep_checkpoints, cfg.checkpoint_dir, self.world.rank, self.world.size
+        tag = (f"-{cfg.name}" if cfg.name else "") + (
+            f".rank{self.world.rank}" if self.world.size > 1 else ""
         )
-        self._loss = _Window(cfg.loss_window, cfg.warmup)
-        self._gnorm = _Window(cfg.grad_window, cfg.warmup)
+        self._snaps = SnapshotStore(
+            cfg.keep_checkpoints, cfg.checkpoint_dir, tag, cfg.async_checkpoint
+        )
+        self._policy = Policy(cfg)
         self._log_path = (
             _dist.rank_path(cfg.log, self.world.rank, self.world.size) if cfg.log else None
         )
-        tb_dir = cfg.tensorboard
-        if tb_dir is not None and self.world.size > 1:
-            tb_dir = str(Path(tb_dir) / f"rank{self.world.rank}")
-        has_log = self._log_path is not None or tb_dir is not None
-        self._log = EventLog(self._log_path, Path(tb_dir) if tb_dir else None) if has_log else None
+        self._log = self._open_log()
         self._quarantine = (
             guard_quarantine(cfg.quarantine, self.world.rank) if cfg.quarantine else None
         )
         self.step_count = 0
-        self._bad_streak = self._overflow_streak = self._rollbacks = 0
-        self._healthy_since_warning = self._healthy_since_cut = self._good_since_snapshot = 0
-        self._incident: int | None = None
+        self._skipped: set[int] = set()
         self._skip_pending = 0
-        self._lr_scale = 1.0
         self._stop_message: str | None = None
-        self._now = 0
+        self._threshold: float | None = None
+        self._micro: list[tuple[torch.Tensor, Sequence[int] | None, torch.Tensor | None]] = []
+        self._epoch, self._batch = 0, -1
         self._masked = self._maybe_masked()
         self._pending: list[tuple[int, torch.Tensor]] = []
+
+    def _open_log(self) -> EventLog | None:
+        tb_dir = self.config.tensorboard
+        if tb_dir is not None and self.world.size > 1:
+            tb_dir = str(Path(tb_dir) / f"rank{self.world.rank}")
+        if self._log_path is None and tb_dir is None:
+            return None
+        return EventLog(self._log_path, Path(tb_dir) if tb_dir else None)
 
     @property
     def _scaling(self) -> bool:
@@ -175,15 +152,32 @@ class TrainingGuard:
             return _dist.install_ddp_hook(self.model, self.world, self.config.drop_bad_ranks)
         if self.config.drop_bad_ranks:
             raise UsageError(
-                "TrainingGuard: drop_bad_ranks=True needs a DistributedDataParallel model in a world of 2+ ranks"
+                "TrainingGuard: drop_bad_ranks=True needs a DistributedDataParallel model in a "
+                "world of 2+ ranks"
             )
         return None
 
     # -- the step --------------------------------------------------------------------------
 
-    def step(
+    def backward(
         self,
         loss: torch.Tensor,
+        *,
+        indices: Sequence[int] | None = None,
+        sample_losses: torch.Tensor | None = None,
+    ) -> None:
+        """Backward one micro-batch (through the GradScaler when there is one) and keep its loss;
+        ``step()`` then checks every micro-batch's loss.  With DDP, wrap all but the last
+        micro-batch in ``model.no_sync()`` as usual.
+        """
+        self._check_scalar(loss, "backward")
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        self._micro.append((loss.detach(), indices, sample_losses))
+        self._next_batch()
+
+    def step(
+        self,
+        loss: torch.Tensor | None = None,
         *,
         indices: Sequence[int] | None = None,
         sample_losses: torch.Tensor | None = None,
@@ -191,28 +185,26 @@ class TrainingGuard:
         """Check this step and step the optimizer (or not); returns what was done.
 
         Args:
-            loss: This rank's loss for the step (after ``backward``).
+            loss: This rank's loss for the step (after ``backward``); leave it out after
+                :meth:`backward` calls (gradient accumulation).
             indices: Dataset indices of this rank's batch, attached to events.
-            sample_losses: Per-sample losses of this rank's batch, to name the samples behind
-                a NaN or a spike.
+            sample_losses: Per-sample losses of this rank's batch, the evidence that names (and
+                quarantines) single samples.
 
         Raises:
             TrainingStopped: when rollbacks did not recover the run (``raise_on_stop``).
         """
-        if loss.numel() != 1:
-            raise UsageError(
-                f"TrainingGuard.step: pass the scalar loss (got shape {tuple(loss.shape)}); "
-                "per-sample losses go in sample_losses="
-            )
+        loss, indices, sample_losses = self._step_inputs(loss, indices, sample_losses)
         step, self.step_count = self.step_count, self.step_count + 1
-        self._now = step
         if self._stop_message is not None:
-            return self._finish(step, _Plan(Action.STOP), math.nan, math.nan, None, None)
+            return self._finish(step, Plan(Action.STOP), math.nan, math.nan)
         if self._skip_pending > 0:
             self._skip_pending -= 1
-            plan = _Plan(Action.SKIP)
+            plan = Plan(Action.SKIP)
             plan.add("data_skip", "info", left=self._skip_pending)
-            return self._finish(step, plan, math.nan, math.nan, indices, sample_losses)
+            return self._finish(step, plan, math.nan, math.nan)
+        if not len(self._snaps) and self.config.checkpoint_every:
+            self._snapshot(step)  # always a state to roll back to: the one before this step
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self._params if p.grad is not None]
@@ -222,294 +214,246 @@ class TrainingGuard:
             return self._step_on_device(step, loss, norm, hook_bad)
         table = _dist.share_stats(self.world, loss, norm, hook_bad)
         plan, mean_loss, max_norm = self._decide(step, table)
-        self._apply(plan, norm, max_norm)
+        if plan.action is Action.SKIP:
+            self._evidence(step, plan, indices, sample_losses)
+        self._apply(plan, norm)
         if plan.escalate:
             self._escalate(step, plan)
-        return self._finish(step, plan, mean_loss, max_norm, indices, sample_losses)
+        return self._finish(step, plan, mean_loss, max_norm)
 
-    def _decide(self, step: int, table: _dist.RankTable) -> tuple[_Plan, float, float]:
-        cfg = self.config
+    @staticmethod
+    def _check_scalar(loss: torch.Tensor, where: str) -> None:
+        if loss.numel() != 1:
+            raise UsageError(
+                f"TrainingGuard.{where}: pass the scalar loss (got shape {tuple(loss.shape)}); "
+                "per-sample losses go in sample_losses="
+            )
+
+    def _step_inputs(
+        self,
+        loss: torch.Tensor | None,
+        indices: Sequence[int] | None,
+        sample_losses: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, Sequence[int] | None, torch.Tensor | None]:
+        """The step's loss and evidence: as given, or gathered from the micro-batches."""
+        if loss is not None:
+            if self._micro:
+                raise UsageError(
+                    "TrainingGuard.step: after guard.backward(...) call guard.step() without a "
+                    "loss (the micro-batches' losses are already recorded)"
+                )
+            self._check_scalar(loss, "step")
+            self._next_batch()
+            return loss, indices, sample_losses
+        if not self._micro:
+            raise UsageError(
+                "TrainingGuard.step: pass the loss, or call guard.backward(loss) per micro-batch"
+            )
+        micro, self._micro = self._micro, []
+        mean = torch.stack([m[0].reshape(()).float() for m in micro]).mean()
+        idx = None
+        if all(m[1] is not None for m in micro):
+            idx = [int(i) for m in micro for i in m[1] or ()]
+        parts = [m[2].detach().reshape(-1) for m in micro if m[2] is not None]
+        samples = torch.cat(parts) if len(parts) == len(micro) else None
+        return mean, idx, samples
+
+    def _next_batch(self) -> None:
+        """Track the batch's (epoch, position) as the loader's manifest rows count them."""
+        epoch = self.loader.epoch if self.loader is not None else 0
+        if epoch != self._epoch:
+            self._epoch, self._batch = epoch, -1
+        self._batch += 1
+
+    def _decide(self, step: int, table: _dist.RankTable) -> tuple[Plan, float, float]:
+        cfg, policy = self.config, self._policy
         started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
         finite = [v for v in table.losses if math.isfinite(v)]
         mean_loss = sum(finite) / len(finite) if finite else math.nan
         max_norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
         loss_bad = bool(table.ranks_with(_dist.BIT_LOSS))
         grad_bad = bool(table.ranks_with(_dist.BIT_GRAD))
+        self._threshold = policy.loss.threshold()
         if self._scaling and grad_bad and not loss_bad:
-            return self._overflow_plan(), mean_loss, max_norm
+            return policy.overflow(), mean_loss, max_norm
         if started and not grad_bad and cfg.drop_bad_ranks:
-            plan = _Plan(Action.DROP_RANKS, ranks=started)
+            plan = policy.healthy(Action.DROP_RANKS, mean_loss, max_norm, table.norms)
+            plan.ranks = started
             plan.add("nonfinite", "warning", ranks=list(started), dropped=True)
             return plan, mean_loss, max_norm
         if loss_bad or grad_bad:
             ranks = started or table.ranks_with(_dist.BIT_GRAD)
-            return (
-                self._bad_plan("nonfinite", ranks, loss=mean_loss, grad_norm=max_norm),
-                mean_loss,
-                max_norm,
-            )
-        spike, level = self._loss.is_spike(mean_loss, cfg.spike_factor)
-        if spike:
-            ranks = tuple(
-                r for r, v in enumerate(table.losses) if level and v >= cfg.spike_factor * level
-            )
-            plan = self._bad_plan(
-                "loss_spike", ranks, loss=mean_loss, level=level, factor=cfg.spike_factor
-            )
+            plan = policy.bad(step, "nonfinite", ranks, loss=mean_loss, grad_norm=max_norm)
             return plan, mean_loss, max_norm
-        return self._healthy_plan(step, mean_loss, max_norm, table), mean_loss, max_norm
+        thr = self._threshold
+        if thr is not None and mean_loss >= thr:
+            ranks = tuple(r for r, v in enumerate(table.losses) if v >= thr)
+            level = policy.loss.level()
+            plan = policy.bad(step, "loss_spike", ranks, loss=mean_loss, level=level, threshold=thr)
+            return plan, mean_loss, max_norm
+        clipped = cfg.clip_norm is not None and max_norm > cfg.clip_norm
+        action = Action.CLIP if clipped else Action.STEP
+        return policy.healthy(action, mean_loss, max_norm, table.norms), mean_loss, max_norm
 
-    def _bad_plan(self, kind: str, ranks: tuple[int, ...], **values: Any) -> _Plan:
-        self._note_warning()
-        self._bad_streak += 1
-        plan = _Plan(
-            Action.SKIP, ranks=ranks, escalate=self._bad_streak >= self.config.rollback_after
-        )
-        plan.add(kind, "error", ranks=list(ranks), streak=self._bad_streak, **values)
-        return plan
-
-    def _overflow_plan(self) -> _Plan:
-        self._overflow_streak += 1
-        plan = _Plan(Action.SCALER_SKIP)
-        plan.add("scaler_overflow", "info", streak=self._overflow_streak)
-        return plan
-
-    def _healthy_plan(self, step: int, loss: float, norm: float, table: _dist.RankTable) -> _Plan:
-        cfg = self.config
-        clipped = cfg.clip_norm is not None and norm > cfg.clip_norm
-        plan = _Plan(Action.CLIP if clipped else Action.STEP)
-        spike, level = self._gnorm.is_spike(norm, cfg.grad_spike_factor)
-        if spike:
-            self._note_warning()
-            ranks = tuple(
-                r for r, v in enumerate(table.norms) if level and v >= cfg.grad_spike_factor * level
-            )
-            plan.ranks = ranks
-            plan.add(
-                "grad_spike",
-                "warning",
-                ranks=list(ranks),
-                grad_norm=norm,
-                level=level,
-                factor=cfg.grad_spike_factor,
-                clipped=clipped,
-            )
-        else:
-            self._gnorm.push(norm)
-        self._loss.push(loss)
-        self._bad_streak = self._overflow_streak = 0
-        return plan
-
-    def _note_warning(self) -> None:
-        if self._incident is None:
-            self._incident = self._now
-        self._healthy_since_warning = 0
-
-    # -- sync-free mode ---------------------------------------------------------------------
-
-    def _step_on_device(
-        self, step: int, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
-    ) -> StepResult:
-        """Decide on the device (non-finite, or loss >= factor x the last read-back level)."""
-        cfg = self.config
-        table = _dist.device_stats(self.world, loss, norm, hook_bad)
-        ok = torch.isfinite(table[:, :2]).all()
-        level = self._loss.level()
-        if level is not None:
-            ok = ok & (table[:, 0].mean() < cfg.spike_factor * level)
-        if cfg.clip_norm is not None:
-            clip_grads_with_norm_(self._params, cfg.clip_norm, norm, foreach=True)
-        assert self._masked is not None
-        self._masked.step(ok)
-        self._pending.append((step, torch.cat([table.reshape(-1), ok.reshape(1).to(table.dtype)])))
-        if len(self._pending) < cfg.sync_every:
-            return StepResult(step, Action.DEFERRED, math.nan, math.nan, self.lr)
-        return self._read_back()
-
-    def _read_back(self) -> StepResult:
-        """One host read for the pending steps: log them, keep the windows, escalate once."""
-        steps = [s for s, _ in self._pending]
-        rows = torch.stack([r for _, r in self._pending]).tolist()
-        self._pending.clear()
-        kinds: list[str] = []
-        ranks: set[int] = set()
-        action, escalated = Action.DEFERRED, False
-        for step, row in zip(steps, rows, strict=True):
-            self._now = step
-            table = _dist.table_from_rows([row[3 * r : 3 * r + 3] for r in range(self.world.size)])
-            plan, loss, norm = self._replay(table, ok=row[-1] > 0)
-            if plan.escalate and not escalated:
-                self._escalate(step, plan)
-                escalated, action = True, plan.action
-            self._record(step, plan, loss, norm, None, None, at=self.step_count)
-            kinds += [e["kind"] for e in plan.events]
-            ranks.update(plan.ranks)
-        result = StepResult(
-            steps[-1],
-            action if escalated else Action.DEFERRED,
-            loss,
-            norm,
-            self.lr,
-            tuple(kinds),
-            tuple(sorted(ranks)),
-        )
-        if result.action is Action.STOP and self.config.raise_on_stop:
-            raise TrainingStopped(self._stop_message)
-        return result
-
-    def _replay(self, table: _dist.RankTable, ok: bool) -> tuple[_Plan, float, float]:
-        """Host bookkeeping for a step the device already decided."""
-        finite = [v for v in table.losses if math.isfinite(v)]
-        loss = sum(finite) / len(finite) if finite else math.nan
-        norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
-        if ok:
-            return self._healthy_plan(self._now, loss, norm, table), loss, norm
-        started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
-        if table.ranks_with(_dist.BIT_LOSS | _dist.BIT_GRAD):
-            ranks = started or table.ranks_with(_dist.BIT_GRAD)
-            return self._bad_plan("nonfinite", ranks, loss=loss, grad_norm=norm), loss, norm
-        level = self._loss.level() or math.nan
-        ranks = tuple(
-            r for r, v in enumerate(table.losses) if v >= self.config.spike_factor * level
-        )
-        plan = self._bad_plan(
-            "loss_spike", ranks, loss=loss, level=level, factor=self.config.spike_factor
-        )
-        return plan, loss, norm
+    def _evidence(
+        self,
+        step: int,
+        plan: Plan,
+        indices: Sequence[int] | None,
+        sample_losses: torch.Tensor | None,
+    ) -> None:
+        """Name the samples behind a skipped step (every rank's), then blame data or divergence."""
+        spike = plan.events[0]["kind"] == "loss_spike"
+        local = name_samples(indices, sample_losses, self._threshold if spike else None)
+        named = [{**s, "rank": self.world.rank} for s in local]
+        if self.world.size > 1:  # every rank skips this step, so every rank joins
+            parts: list[Any] = [None] * self.world.size
+            dist.all_gather_object(parts, named, group=self.world.group)
+            named = [s for part in parts for s in part]
+        self._policy.blame(plan, evidence=bool(named))
+        if indices is not None:
+            plan.events[0]["indices"] = [int(i) for i in indices][:1000]
+        if not named:
+            return
+        plan.events[0]["samples"] = named[:1000]
+        if self._quarantine is not None and local:
+            rows = quarantine_records(local, self._epoch, self._batch, self.world.rank)
+            self._quarantine.write(rows)
+        if self.loader is not None:
+            self.loader.exclude({int(s["index"]) for s in named})
 
     # -- applying decisions ----------------------------------------------------------------
 
-    def _apply(self, plan: _Plan, local_norm: torch.Tensor, max_norm: float) -> None:
+    def _apply(self, plan: Plan, local_norm: torch.Tensor) -> None:
         if plan.action.stepped and self.config.clip_norm is not None:
             clip_grads_with_norm_(self._params, self.config.clip_norm, local_norm, foreach=True)
-        if self.scaler is None:
+        with scaled_lr(self.optimizer, self._policy.lr_scale):
+            if self.scaler is None:
+                if plan.action.stepped:
+                    self.optimizer.step()
+                return
             if plan.action.stepped:
-                self.optimizer.step()
-            return
-        if plan.action.stepped:
-            self.scaler.step(self.optimizer)
+                self.scaler.step(self.optimizer)
         # Not scaler.step on an overflow: a rank whose own gradients were finite (no DDP) would
         # step alone.  update() must follow unscale_ every step; it lowers the scale on Inf/NaN.
         self.scaler.update()
         if plan.action is Action.SCALER_SKIP:
-            self._check_scale(plan)
+            self._policy.scale_check(plan, float(self.scaler.get_scale()))
 
-    def _check_scale(self, plan: _Plan) -> None:
-        scale = float(self.scaler.get_scale())
-        plan.events[-1]["scale"] = scale
-        cfg = self.config
-        if self._overflow_streak >= cfg.max_scaler_skips or scale < cfg.min_scale:
-            self._note_warning()
-            plan.add("scaler_collapse", "error", scale=scale, streak=self._overflow_streak)
-            plan.escalate = True
-
-    def _escalate(self, step: int, plan: _Plan) -> None:
-        cfg = self.config
-        self._bad_streak = self._overflow_streak = 0
-        if self._rollbacks >= cfg.max_rollbacks:
-            self._stop(step, plan)
+    def _escalate(self, step: int, plan: Plan) -> None:
+        policy = self._policy
+        kinds = [e["kind"] for e in plan.events]
+        kind = next((k for k in ("scaler_collapse", "grad_spike") if k in kinds), kinds[0])
+        esc = policy.escalation(bool(len(self._snaps)), kind)
+        if esc.stop:
+            self._stop(step, plan, esc)
             return
-        self._rollbacks += 1
-        snap = self._snaps.pick(before=self._incident)
-        new_scale = self._lr_scale * cfg.lr_factor
+        before = policy.incident if policy.incident is not None else step
+        if kind == "grad_spike":  # the norms grew over the last steps: go back before them
+            before = step - self.config.rollback_after
+        snap = self._snaps.pick(before=before) if esc.rollback else None
         if snap is not None:
-            state = snap.load()
-            self._restore(state)
+            self._restore(snap.load())
             plan.action = Action.ROLLBACK
-            plan.add("rollback", "error", to_step=snap.step, where=str(snap.path or "memory"))
-        self._set_lr_scale(new_scale)
-        plan.add("lr_reduced", "warning", lr=self.lr, lr_scale=new_scale)
-        self._skip_pending = cfg.skip_after_rollback
-        self._incident = None
-        self._healthy_since_cut = 0
+            plan.add(
+                "rollback",
+                "error",
+                to_step=snap.step,
+                where=str(snap.path or "memory"),
+                not_helped=esc.unhelpful,
+            )
+        if esc.lr_scale != policy.lr_scale:
+            plan.add("lr_reduced", "warning", lr_scale=esc.lr_scale, sticky=policy.sticky)
+        policy.escalated(esc)
+        self._skip_pending = self.config.skip_after_rollback
 
-    def _stop(self, step: int, plan: _Plan) -> None:
+    def _stop(self, step: int, plan: Plan, esc: Escalation) -> None:
         plan.action = Action.STOP
+        what = "rollback(s)" if len(self._snaps) else "LR cut(s) (no snapshot kept)"
         msg = (
-            f"datacheck guard stopped training at step {step}: {self._rollbacks} rollback(s) "
-            f"did not recover the run ({plan.events[0]['kind']} on rank(s) {list(plan.ranks)}); "
-            f"last good state: {self._snaps.location}. Restart from it with a lower learning "
-            f"rate, or inspect the data before step {step}"
+            f"datacheck guard stopped training at step {step}: {esc.unhelpful} {what} in a row "
+            f"did not help ({plan.events[0]['kind']} on rank(s) {list(plan.ranks)}; LR now "
+            f"x{self._policy.lr_scale:g}); last good state: {self._snaps.location}. Restart from "
+            f"it with a lower learning rate, or inspect the data before step {step}"
             + (f" (events in {self._log_path})." if self._log_path else ".")
         )
         plan.add("stop", "error", message=msg)
         self._stop_message = msg
 
-    # -- good states and the learning rate -------------------------------------------------
+    # -- good states -----------------------------------------------------------------------
 
-    def _after_healthy(self, at: int, plan: _Plan) -> None:
-        cfg = self.config
-        self._healthy_since_warning += 1
-        self._healthy_since_cut += 1
-        self._good_since_snapshot += 1
-        if self._healthy_since_warning >= cfg.quiet_steps:
-            self._incident = None
-        if (
-            cfg.lr_restore_after
-            and self._lr_scale < 1.0
-            and self._healthy_since_cut >= cfg.lr_restore_after
-        ):
-            self._set_lr_scale(1.0)
-            plan.add("lr_restored", "info", lr=self.lr)
-        quiet = self._incident is None
-        if cfg.checkpoint_every and quiet and self._good_since_snapshot >= cfg.checkpoint_every:
-            snap = self._snaps.save(at, self._state())
-            self._good_since_snapshot = self._rollbacks = 0
-            plan.add("checkpoint", "info", at_step=snap.step, where=str(snap.path or "memory"))
+    def _snapshot(self, at: int) -> dict[str, Any]:
+        snap = self._snaps.save(at, self._state())
+        return {"at_step": snap.step, "where": str(snap.path or "memory")}
 
     def _state(self) -> dict[str, Any]:
-        return {
-            "data_position": self.step_count,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "rng": capture_rng(),
-            "guard": {
-                "loss": list(self._loss.values),
-                "grad_norm": list(self._gnorm.values),
-                "lr_scale": self._lr_scale,
-            },
-        }
+        windows = {"loss": self._policy.loss.state(), "grad_norm": self._policy.gnorm.state()}
+        return capture_state(self.model, self.optimizer, self.scaler, windows)
 
     def _restore(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scaler is not None and state["scaler"] is not None:
-            self.scaler.load_state_dict(state["scaler"])
-        if self.scheduler is not None and state["scheduler"] is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
-        restore_rng(state["rng"])
-        guard = state["guard"]
-        self._loss.values = deque(guard["loss"], maxlen=self._loss.values.maxlen)
-        self._gnorm.values = deque(guard["grad_norm"], maxlen=self._gnorm.values.maxlen)
-        self._lr_scale = float(guard["lr_scale"])  # the restored LRs carry this scale
+        windows = restore_state(state, self.model, self.optimizer, self.scaler)
+        self._policy.loss.load(windows["loss"])
+        self._policy.gnorm.load(windows["grad_norm"])
 
-    def _set_lr_scale(self, scale: float) -> None:
-        ratio = scale / self._lr_scale
-        for group in self.optimizer.param_groups:
-            group["lr"] = group["lr"] * ratio
-        if self.scheduler is not None and hasattr(self.scheduler, "base_lrs"):
-            self.scheduler.base_lrs = [lr * ratio for lr in self.scheduler.base_lrs]
-        self._lr_scale = scale
+    # -- learning rate, resume -------------------------------------------------------------
+
+    @property
+    def lrs(self) -> list[float]:
+        """Effective learning rate of every parameter group (with the guard's cut)."""
+        scale = self._policy.lr_scale
+        return [float(g["lr"]) * scale for g in self.optimizer.param_groups]
 
     @property
     def lr(self) -> float:
-        """Learning rate of the first parameter group."""
-        return float(self.optimizer.param_groups[0]["lr"])
+        """Effective learning rate of the first parameter group."""
+        return float(self.optimizer.param_groups[0]["lr"]) * self._policy.lr_scale
+
+    @property
+    def lr_scale(self) -> float:
+        """The guard's multiplier on every LR (1.0 unless divergence cut it)."""
+        return self._policy.lr_scale
+
+    @property
+    def skipped_steps(self) -> frozenset[int]:
+        """Steps skipped as NaN/Inf or loss spikes (as :func:`bad_steps` reads from the log)."""
+        return frozenset(self._skipped)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The guard's own state, to save beside the model's in your checkpoint.
+
+        Holds the step count, the policy's counters and detector windows, the LR multiplier,
+        the skipped steps and the snapshot files kept on disk (in-memory snapshots are not
+        saved: a resumed guard takes a fresh one at its first step).
+        """
+        return {
+            "version": _STATE_VERSION,
+            "name": self.config.name,
+            "step": self.step_count,
+            "policy": self._policy.state(),
+            "skipped": sorted(self._skipped),
+            "snapshots": self._snaps.files(),
+            "skip_pending": self._skip_pending,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: steps count on, stale snapshot files are deleted,
+        and a ``resume`` record tells :func:`bad_steps` which logged steps are replayed."""
+        if state.get("version") != _STATE_VERSION:
+            raise UsageError(
+                f"TrainingGuard.load_state_dict: unknown state version {state.get('version')!r}"
+                f" (this datacheck writes {_STATE_VERSION}); pass what state_dict() returned"
+            )
+        self.step_count = int(state["step"])
+        self._policy.load(state["policy"])
+        self._skipped = {s for s in state["skipped"] if s < self.step_count}
+        self._skip_pending = int(state["skip_pending"])
+        self._snaps.adopt([(int(s), str(p)) for s, p in state["snapshots"]])
+        self._write({"step": self.step_count, "kind": "resume", "severity": "info"})
 
     # -- results and the log ---------------------------------------------------------------
 
-    def _finish(
-        self,
-        step: int,
-        plan: _Plan,
-        loss: float,
-        norm: float,
-        indices: Sequence[int] | None,
-        sample_losses: torch.Tensor | None,
-    ) -> StepResult:
-        self._record(step, plan, loss, norm, indices, sample_losses, at=step + 1)
+    def _finish(self, step: int, plan: Plan, loss: float, norm: float) -> StepResult:
+        self._record(step, plan, loss, norm, at=step + 1)
         result = StepResult(
             step,
             plan.action,
@@ -523,63 +467,41 @@ class TrainingGuard:
             raise TrainingStopped(self._stop_message)
         return result
 
-    def _record(
-        self,
-        step: int,
-        plan: _Plan,
-        loss: float,
-        norm: float,
-        indices: Sequence[int] | None,
-        sample_losses: torch.Tensor | None,
-        at: int,
-    ) -> None:
-        """Snapshot bookkeeping and the log lines of one step (``at``: the data position now)."""
+    def _record(self, step: int, plan: Plan, loss: float, norm: float, at: int) -> None:
+        """Snapshot and LR bookkeeping and the log lines of one step (``at``: the next step)."""
         if plan.action.stepped:
-            self._after_healthy(at, plan)
-        bad = [e for e in plan.events if e["severity"] != "info"]
-        if bad and (indices is not None or sample_losses is not None):
-            bad[0].update(
-                name_samples(indices, sample_losses, self._loss.level(), self.config.spike_factor)
-            )
-            if self._quarantine is not None and bad[0].get("samples"):
-                self._quarantine.write(quarantine_records(bad[0]["samples"], step, self.world.rank))
+            snapshot, restore = self._policy.stepped()
+            if restore:
+                plan.add("lr_restored", "info", lr=self.lr)
+            if snapshot:
+                plan.add("checkpoint", "info", **self._snapshot(at))
+        if plan.action is Action.SKIP and plan.events and plan.events[0]["kind"] in SKIPPED_KINDS:
+            self._skipped.add(step)
+        base = {"step": step, "rank": self.world.rank, "action": plan.action.value}
+        values = {"loss": loss, "grad_norm": norm, "lr": self.lr, "lrs": self.lrs}
         for event in plan.events:
-            self._write(
-                {
-                    "step": step,
-                    "rank": self.world.rank,
-                    "action": plan.action.value,
-                    "loss": loss,
-                    "grad_norm": norm,
-                    "lr": self.lr,
-                    **event,
-                    "hosts": [self.world.hosts[r] for r in event.get("ranks", [])],
-                }
-            )
+            hosts = [self.world.hosts[r] for r in event.get("ranks", [])]
+            self._write({**base, **values, **event, "hosts": hosts})
         every = self.config.log_every
         if every and step % every == 0:
-            self._write(
-                {
-                    "step": step,
-                    "rank": self.world.rank,
-                    "kind": "step",
-                    "action": plan.action.value,
-                    "loss": loss,
-                    "grad_norm": norm,
-                    "lr": self.lr,
-                }
-            )
+            self._write({**base, "kind": "step", **values})
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._log is not None:
+            if self.config.name is not None:
+                record = {"guard": self.config.name, **record}
             self._log.write(record)
 
     def close(self) -> None:
-        """Close the event log and the quarantine file."""
+        """Close the event log and the quarantine file; wait for a snapshot being written."""
+        self._snaps.wait()
         if self._log is not None:
             self._log.close()
         if self._quarantine is not None:
             self._quarantine.close()
 
     def __repr__(self) -> str:
-        return f"TrainingGuard(step={self.step_count}, rank={self.world.rank}/{self.world.size}, {asdict(self.config)})"
+        return (
+            f"TrainingGuard(step={self.step_count}, rank={self.world.rank}/{self.world.size}, "
+            f"{asdict(self.config)})"
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -15,6 +16,7 @@ import torch
 from datacheck._jsonl import JsonlWriter, json_safe, read_records
 from datacheck.errors import UsageError
 from datacheck.torch._quarantine import QuarantineWriter
+from datacheck.torch._spike import MAD_TO_SIGMA
 
 __all__ = ["EventLog", "bad_steps", "guard_quarantine", "name_samples", "quarantine_records"]
 
@@ -70,34 +72,50 @@ def _summary_writer(log_dir: Path) -> Any:
     return SummaryWriter(log_dir=str(log_dir))
 
 
+OUTLIER_SIGMAS = 6.0
+"""A per-sample loss this many robust standard deviations above its batch's median ..."""
+OUTLIER_RATIO = 4.0
+"""... and at least this many times that median is an outlier within its batch."""
+
+
 def name_samples(
-    indices: Sequence[int] | None,
-    sample_losses: torch.Tensor | None,
-    level: float | None,
-    factor: float,
-) -> dict[str, Any]:
-    """Dataset indices behind a bad step: non-finite or spiking per-sample losses."""
-    out: dict[str, Any] = {}
-    idx = list(indices) if indices is not None else None
-    if idx is not None:
-        out["indices"] = idx[:1000]
-    if sample_losses is None:
-        return out
+    indices: Sequence[int] | None, sample_losses: torch.Tensor | None, threshold: float | None
+) -> list[dict[str, Any]]:
+    """The samples behind a bad step, named only on per-sample evidence.
+
+    Evidence is a non-finite per-sample loss; or, at a loss spike (``threshold`` given), losses
+    that are outliers within their batch (robust z and ratio to the batch median) and whose
+    removal brings this batch's mean under the threshold.  A batch whose loss is high as a
+    whole names nothing (its samples are not to blame one by one), nor does a batch whose
+    mean is under the threshold (another rank's spike).
+    """
+    if sample_losses is None or sample_losses.numel() == 0:
+        return []
     values = sample_losses.detach().float().reshape(-1).tolist()
-    names = idx if idx is not None and len(idx) == len(values) else list(range(len(values)))
-    samples = [
-        {"index": names[i], "check": "nonfinite_loss", "loss": v}
-        for i, v in enumerate(values)
-        if not math.isfinite(v)
-    ]
-    if not samples and level:
-        samples = [
-            {"index": names[i], "check": "loss_spike", "loss": v}
-            for i, v in enumerate(values)
-            if v >= factor * level
-        ]
-    out["samples"] = samples[:1000]
-    return out
+    idx = list(indices) if indices is not None else []
+    names = idx if len(idx) == len(values) else list(range(len(values)))
+    bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
+    if bad:
+        return [{"index": names[i], "check": "nonfinite_loss", "loss": values[i]} for i in bad]
+    if threshold is None or not sum(values) / len(values) >= threshold:
+        return []
+    out = _outliers(values, threshold)
+    return [{"index": names[i], "check": "loss_outlier", "loss": values[i]} for i in out]
+
+
+def _outliers(values: list[float], threshold: float) -> list[int]:
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    bound = max(med + OUTLIER_SIGMAS * MAD_TO_SIGMA * mad, OUTLIER_RATIO * med if med > 0 else med)
+    order = sorted((i for i, v in enumerate(values) if v > bound), key=lambda i: -values[i])
+    if len(order) > len(values) // 4:  # not a few samples: the batch as a whole
+        return []
+    rest_sum, rest_n = sum(values), len(values)
+    for k, i in enumerate(order, 1):
+        rest_sum, rest_n = rest_sum - values[i], rest_n - 1
+        if rest_n and rest_sum / rest_n < threshold:
+            return order[:k]
+    return []
 
 
 SKIPPED_KINDS = frozenset({"nonfinite", "loss_spike"})
@@ -135,8 +153,14 @@ def guard_quarantine(folder: str, rank: int) -> QuarantineWriter:
     return QuarantineWriter(folder, rank, suffix="-guard")
 
 
-def quarantine_records(samples: list[dict[str, Any]], step: int, rank: int) -> list[dict[str, Any]]:
-    """Quarantine manifest rows for samples named by :func:`name_samples`."""
+def quarantine_records(
+    samples: list[dict[str, Any]], epoch: int, step: int, rank: int
+) -> list[dict[str, Any]]:
+    """Quarantine manifest rows for samples named by :func:`name_samples`.
+
+    ``epoch`` and ``step`` mean what they mean in the loader's rows: the loader's epoch and the
+    batch's position in it.
+    """
     now = datetime.now(timezone.utc).isoformat()
     return [
         {
@@ -147,7 +171,7 @@ def quarantine_records(samples: list[dict[str, Any]], step: int, rank: int) -> l
             "value": json_safe(s["loss"]) if not math.isfinite(s["loss"]) else f"{s['loss']:.6g}",
             "count": 1,
             "rank": rank,
-            "epoch": 0,
+            "epoch": epoch,
             "step": step,
             "time": now,
         }

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from datacheck.errors import DatacheckError, UsageError
 
-__all__ = ["DIVERGENCE_EVENTS", "Action", "GuardConfig", "StepResult", "TrainingStopped"]
+__all__ = [
+    "DIVERGENCE_EVENTS",
+    "Action",
+    "ExcludingLoader",
+    "GuardConfig",
+    "StepResult",
+    "TrainingStopped",
+]
 
 DIVERGENCE_EVENTS = frozenset({"nonfinite", "loss_spike", "scaler_collapse", "rollback", "stop"})
 """Event kinds that mean the run is in trouble (``grad_spike`` is a warning only)."""
@@ -31,7 +40,7 @@ class Action(str, enum.Enum):
     SKIP = "skip"
     """Skipped: weights and optimizer state untouched."""
     ROLLBACK = "rollback"
-    """Restored the last good snapshot and lowered the learning rate."""
+    """Restored the last good snapshot (and, when it did not help before, cut the LR)."""
     DEFERRED = "deferred"
     """Sync-free mode: decided on the device; the events are read back every ``sync_every`` steps."""
     STOP = "stop"
@@ -45,44 +54,61 @@ class Action(str, enum.Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class GuardConfig:
-    """How the guard detects and responds.  Every field has a safe default."""
+    """How the guard detects and responds.  Every field has a safe default (README: "Response
+    policy" says why each default is what it is)."""
 
     clip_norm: float | None = 1.0
     """Clip the total gradient norm to this; ``None`` turns clipping off (detection stays)."""
+    spike_sigmas: float = 6.0
+    """A loss more than this many robust standard deviations (1.4826 x MAD) above the median of
+    its window is a spike, if it is also ``spike_ratio`` times the median."""
+    spike_ratio: float = 1.25
+    """... and at least this many times the median (so a flat, noiseless loss does not fire)."""
     spike_factor: float = 10.0
-    """A loss at least this many times its recent median is a loss spike."""
+    """A loss at least this many times its median is a spike whatever its spread."""
     grad_spike_factor: float = 10.0
     """A grad norm at least this many times its recent median is a (warning) grad spike."""
-    loss_window: int = 100
-    """Finite losses kept for the running median."""
-    grad_window: int = 100
+    loss_window: int = 128
+    """Finite losses of healthy steps kept for the median and MAD."""
+    grad_window: int = 128
     """Finite grad norms kept for the running median."""
     warmup: int = 20
-    """Finite values needed in a window before spikes are judged against it."""
+    """Values needed in a window before spikes are judged against it."""
     rollback_after: int = 3
-    """Consecutive bad (skipped) steps that trigger a rollback."""
-    max_rollbacks: int = 3
-    """Rollbacks without a new good snapshot in between before the guard stops."""
-    lr_factor: float = 0.5
-    """Multiply the learning rate by this at each rollback."""
-    lr_restore_after: int | None = None
-    """Restore the original learning rate after this many healthy steps (``None``: keep it low)."""
+    """Consecutive bad steps (no per-sample evidence) or grad spikes that mean divergence."""
+    max_rollbacks: int = 5
+    """Rollbacks that did not help (trouble came back within ``rollback_window`` steps) before
+    the guard stops; a rollback followed by ``rollback_window`` healthy steps resets the count."""
+    rollback_window: int = 200
+    """Stepped steps after a rollback within which new trouble means it did not help."""
+    lr_factor: float = 0.25
+    """Multiply the learning rate by this at each rollback that did not help (divergence)."""
+    lr_restore_after: int | None = 100
+    """Restore the full learning rate after this many stepped steps without a rollback
+    (``None``: keep it cut).  Trouble within this many steps of a restore makes the cut stick."""
     skip_after_rollback: int = 0
     """Batches to skip after a rollback (the data window that led to the spike)."""
     checkpoint_every: int = 50
-    """Healthy steps between good-state snapshots; 0 disables snapshots (LR cuts only)."""
+    """Stepped steps between good-state snapshots (the first is taken at the first step);
+    0 disables snapshots (divergence then only cuts the LR)."""
     keep_checkpoints: int = 2
-    """Snapshots kept; a rollback takes the newest one from before the trouble began."""
+    """Snapshots kept; a rollback takes the newest one from before the trouble began.  In
+    memory, AdamW costs about 12 bytes per fp32 parameter per snapshot."""
     checkpoint_dir: str | None = None
     """Keep snapshots as files here (one per rank); ``None`` keeps them in memory."""
+    async_checkpoint: bool = False
+    """With ``checkpoint_dir``: write snapshot files on a background thread (the copy to the
+    CPU stays synchronous, so the snapshot is consistent)."""
     quiet_steps: int = 10
-    """Healthy steps after a warning before a snapshot counts as good again."""
+    """Stepped steps after a rollback or a grad spike before a snapshot is taken again."""
     max_scaler_skips: int = 20
     """Consecutive fp16 overflow skips that count as divergence."""
     min_scale: float = 1.0
     """A GradScaler scale below this counts as a collapsing scale (divergence)."""
     drop_bad_ranks: bool = False
     """With DDP, drop non-finite ranks' gradient shares and step on the healthy ranks' mean."""
+    name: str | None = None
+    """Written in every log record (``guard``), so guards sharing a log can be told apart."""
     log: str | None = None
     """JSON Lines event log; the rank is put in the name when the world size is above 1."""
     log_every: int = 10
@@ -91,8 +117,8 @@ class GuardConfig:
     """Also write scalars and events to this TensorBoard log dir (``rank{r}`` below it when
     the world size is above 1); needs the tensorboard package."""
     quarantine: str | None = None
-    """Add the samples named behind a NaN or spike (needs ``sample_losses``) to this runtime
-    quarantine folder (``check`` = ``nonfinite_loss`` / ``loss_spike``), read by the loader."""
+    """Add the samples named by per-sample evidence (needs ``sample_losses``) to this runtime
+    quarantine folder (``check`` = ``nonfinite_loss`` / ``loss_outlier``), read by the loader."""
     sync_every: int = 0
     """0: decide on the host each step (one host read).  N: keep the decision on the device
     (masked update, no host read) and read the records back every N steps; needs no scaler."""
@@ -100,34 +126,46 @@ class GuardConfig:
     """Raise :class:`TrainingStopped` when giving up (else return ``Action.STOP``)."""
 
     def __post_init__(self) -> None:
-        positive = {"spike_factor": self.spike_factor, "grad_spike_factor": self.grad_spike_factor}
-        for name, value in positive.items():
-            if not value > 1.0:
-                raise UsageError(f"guard config: {name}={value!r} must be > 1 (e.g. 10.0)")
+        for name in ("spike_factor", "grad_spike_factor", "spike_ratio"):
+            if not getattr(self, name) > 1.0:
+                raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be > 1")
+        if not self.spike_sigmas > 0:
+            raise UsageError(f"guard config: spike_sigmas={self.spike_sigmas!r} must be > 0")
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise UsageError(f"guard config: clip_norm={self.clip_norm!r} must be > 0 or None")
         if not 0.0 < self.lr_factor <= 1.0:
             raise UsageError(f"guard config: lr_factor={self.lr_factor!r} must be in (0, 1]")
-        for name in (
-            "loss_window",
-            "grad_window",
-            "rollback_after",
-            "max_rollbacks",
-            "keep_checkpoints",
-            "max_scaler_skips",
-        ):
+        if self.async_checkpoint and self.checkpoint_dir is None:
+            raise UsageError("guard config: async_checkpoint=True needs checkpoint_dir=")
+        for name in _AT_LEAST_ONE:
             if getattr(self, name) < 1:
                 raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 1")
-        for name in (
-            "warmup",
-            "checkpoint_every",
-            "quiet_steps",
-            "skip_after_rollback",
-            "sync_every",
-            "log_every",
-        ):
+        for name in _AT_LEAST_ZERO:
             if getattr(self, name) < 0:
                 raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be >= 0")
+        if self.lr_restore_after is not None and self.lr_restore_after < 1:
+            raise UsageError(
+                f"guard config: lr_restore_after={self.lr_restore_after!r} must be >= 1 or None"
+            )
+
+
+_AT_LEAST_ONE = (
+    "loss_window",
+    "grad_window",
+    "rollback_after",
+    "max_rollbacks",
+    "rollback_window",
+    "keep_checkpoints",
+    "max_scaler_skips",
+)
+_AT_LEAST_ZERO = (
+    "warmup",
+    "checkpoint_every",
+    "quiet_steps",
+    "skip_after_rollback",
+    "sync_every",
+    "log_every",
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +179,17 @@ class StepResult:
     grad_norm: float
     """Largest total gradient norm over ranks, before clipping."""
     lr: float
-    """Learning rate of the first parameter group after this step."""
+    """Effective learning rate of the first parameter group (with the guard's cut)."""
     events: tuple[str, ...] = ()
     """Event kinds logged this step (``grad_spike``, ``nonfinite``, ``rollback``, ...)."""
     ranks: tuple[int, ...] = ()
     """Ranks where the problem started (checked before the gradient all-reduce)."""
+
+
+class ExcludingLoader(Protocol):
+    """What the guard needs from a loader (``GuardedLoader``): its epoch, and a way to keep
+    samples out of the rest of the run."""
+
+    epoch: int
+
+    def exclude(self, indices: Iterable[int]) -> None: ...

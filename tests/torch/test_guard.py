@@ -200,8 +200,9 @@ def test_lr_x100_spike_rolls_back_and_lowers_lr():
     assert "loss_spike" in kinds and "rollback" in kinds and "lr_reduced" in kinds
     first_spike = next(r.step for r in results if "loss_spike" in r.events)
     assert 200 <= first_spike <= 205
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.025)  # restored 0.05, then halved
-    assert math.isfinite(final) and final < 2 * pre_spike
+    assert opt.param_groups[0]["lr"] == pytest.approx(5.0)  # the schedule's LR is the user's
+    assert results[-1].lr < 5.0 * 0.25  # the guard's cut stays on it
+    assert math.isfinite(final) and final < 5 * pre_spike
     _, clip_final, _, _ = _train_with_lr_jump(guard_on=False)
     assert clip_final > 50 * final  # clipping alone does not recover
 
@@ -275,8 +276,8 @@ def test_disabled_scaler_does_not_excuse_nan_gradients():
     actions = [r.action for r in results]
     assert Action.SCALER_SKIP not in actions
     assert results[1].action is Action.SKIP and results[1].events == ("nonfinite",)
-    assert results[2].events == ("nonfinite", "lr_reduced")  # escalated after rollback_after=2
-    assert guard.lr == pytest.approx(0.005) and actions[3].stepped
+    assert results[2].events == ("nonfinite", "lr_reduced")  # no snapshot: an LR cut only
+    assert guard.lr == pytest.approx(0.0025) and actions[3].stepped
 
 
 def test_repeated_overflow_is_a_collapse_and_ends_in_stop():
@@ -286,10 +287,10 @@ def test_repeated_overflow_is_a_collapse_and_ends_in_stop():
     guard = TrainingGuard(
         model, opt, scaler, max_scaler_skips=4, max_rollbacks=2, checkpoint_every=0
     )
-    with pytest.raises(TrainingStopped, match=r"stopped training at step \d+: 2 rollback"):
+    with pytest.raises(TrainingStopped, match=r"at step 15: 3 LR cut\(s\) \(no snapshot kept\)"):
         _fp16_run(guard, model, x[:32], y[:32], 40, inf_grads=True)
-    assert guard.step_count == 12  # collapse at 4, 8 (LR cuts), stop at 12
-    assert guard.lr == pytest.approx(0.01 * 0.25)
+    assert guard.step_count == 16  # collapse at 3, 7, 11 (LR cuts that did not help), stop at 15
+    assert guard.lr == pytest.approx(0.01 * 0.25**3)
 
 
 def test_stop_can_return_instead_of_raising():
@@ -297,13 +298,17 @@ def test_stop_can_return_instead_of_raising():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     guard = TrainingGuard(model, opt, rollback_after=1, max_rollbacks=1, raise_on_stop=False)
     actions = []
-    before = _flat(model)
-    for step in range(4):
-        loss = F.mse_loss(model(x[:8]), y[:8]) * (float("nan") if step < 2 else 1.0)
+    for step in range(8):
+        loss = F.mse_loss(model(x[:8]), y[:8]) * (float("nan") if step % 2 else 1.0)
         loss.backward()
         actions.append(guard.step(loss).action)
         opt.zero_grad()
-    assert actions == [Action.SKIP, Action.STOP, Action.STOP, Action.STOP]  # stopped stays stopped
+        if step == 5:
+            before = _flat(model)
+    # a rollback (a probe), one that did not help (and cut the LR), then the budget is spent
+    assert all(a.stepped for a in actions[0:6:2])
+    assert actions[1] is actions[3] is Action.ROLLBACK and guard.lr_scale == 0.25
+    assert actions[5:] == [Action.STOP] * 3  # stopped stays stopped
     assert torch.equal(_flat(model), before)
 
 
@@ -329,11 +334,10 @@ def test_rollback_from_disk_restores_the_snapshot(tmp_path):
         if step == 24:
             assert result.action is Action.ROLLBACK
             saved = torch.load(ckpt / "guard-step20.pt", weights_only=True)
-            assert saved["data_position"] == 20
             for name, value in model.state_dict().items():
                 assert torch.equal(value, saved["model"][name])
             assert opt.state_dict()["state"][0]["step"] == 20
-            assert guard.lr == pytest.approx(5e-3)
+            assert guard.lr == pytest.approx(1e-2)  # a first rollback is a probe: no LR cut
         if step in (25, 26):
             assert result.action is Action.SKIP and result.events == ("data_skip",)
     assert sorted(p.name for p in ckpt.iterdir()) == ["guard-step15.pt", "guard-step20.pt"]
@@ -353,7 +357,7 @@ def test_lr_is_restored_after_stable_steps():
         lrs.append(guard.step(loss).lr)
         sched.step()
         opt.zero_grad()
-    assert lrs == pytest.approx([0.1, 0.05, 0.05, 0.05, 0.1, 0.1])
+    assert lrs == pytest.approx([0.1, 0.025, 0.025, 0.025, 0.1, 0.1])
 
 
 def test_samples_behind_a_nan_are_named(tmp_path):
@@ -439,7 +443,7 @@ def test_guard_log_reads_back_with_datacheck_logs(tmp_path):
     assert tl.status == "diverging" and 200 <= tl.warning_step <= 205 and tl.nan_step is None
     assert tl.restart_step == 200  # the guard's last checkpoint before the spike
     assert tl.suggested_lr == pytest.approx(0.025)
-    assert tl.guard_events["rollback"] == 1 and tl.guard_events["loss_spike"] >= 1
+    assert tl.guard_events["rollback"] >= 1 and tl.guard_events["loss_spike"] >= 1
 
 
 def test_tensorboard_scalars_and_events(tmp_path):
@@ -467,7 +471,7 @@ def test_tensorboard_scalars_and_events(tmp_path):
     )
 
 
-def test_rollback_restores_scheduler_and_scaler_from_disk(tmp_path):
+def test_rollback_restores_the_scaler_but_the_schedule_goes_on(tmp_path):
     x, y, model = _regression()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.9)
@@ -487,13 +491,11 @@ def test_rollback_restores_scheduler_and_scaler_from_disk(tmp_path):
         result = guard.step(loss)
         sched.step()
         opt.zero_grad()
-    assert result.action is Action.ROLLBACK and result.events[-2:] == ("rollback", "lr_reduced")
+    assert result.action is Action.ROLLBACK and result.events[-1] == "rollback"
     saved = torch.load(tmp_path / "guard-step12.pt", weights_only=True)
-    # taken inside step 11 before its sched.step(); restored at 13, then stepped once more
-    assert sched.last_epoch == saved["scheduler"]["last_epoch"] + 1 == 12
+    assert sched.last_epoch == 14  # the data and the schedule go on: not rewound
     assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.9**2)
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**2 * 0.5)
-    assert sched.base_lrs == pytest.approx([0.5e-3])
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**2)
     assert scaler.get_scale() == saved["scaler"]["scale"]
 
 
@@ -553,9 +555,9 @@ def test_sync_free_mode_rolls_back_after_the_lr_jump():
         loss.backward()
         kinds += guard.step(loss).events
         opt.zero_grad(set_to_none=True)
-    assert "loss_spike" in kinds and "rollback" in kinds
-    with torch.no_grad():
-        assert F.mse_loss(model(x), y).item() < 0.2
+    assert "loss_spike" in kinds and "rollback" in kinds and "lr_reduced" in kinds
+    with torch.no_grad():  # clipping alone ends near 30 (test_lr_x100_spike_rolls_back_...)
+        assert F.mse_loss(model(x), y).item() < 0.5
 
 
 def test_sync_free_mode_refuses_a_grad_scaler():

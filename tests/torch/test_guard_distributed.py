@@ -20,6 +20,7 @@ WORLD = 4
 BAD_RANK = 2
 NAN_STEP = 4
 STREAK = (8, 9, 10)  # skip mode only: three bad steps in a row make every rank roll back
+STOP_STEPS = (4, 6, 8)  # stop mode: trouble again after each LR cut, on rank 2
 STEPS = 13
 LR = 0.1
 
@@ -47,7 +48,7 @@ def _bad_batch(rank: int, step: int, mode: str) -> tuple[torch.Tensor, torch.Ten
     x, y = _batch(rank, step)
     if rank == BAD_RANK and step in STREAK and mode == "skip":
         x[1, 2] = float("inf")
-    if rank == BAD_RANK and step >= NAN_STEP and mode == "stop":
+    if rank == BAD_RANK and step in STOP_STEPS and mode == "stop":
         x, y = torch.nan_to_num(x), y * 1000.0  # a finite loss spike, on rank 2 only
     return x, y
 
@@ -56,6 +57,7 @@ OPTIONS = {
     "skip": {"checkpoint_every": 2, "quiet_steps": 2},
     "drop": {"drop_bad_ranks": True},
     "stop": {"warmup": 3, "rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0},
+    "evidence": {"checkpoint_every": 0},
     "syncfree": {"sync_every": 3, "checkpoint_every": 0},
 }
 
@@ -86,13 +88,17 @@ def _worker(rank: int, port: int, out: str, mode: str) -> None:
     torch.set_num_threads(1)
     ddp = DDP(_model())
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
-    guard = TrainingGuard(ddp, opt, clip_norm=1.0, log=f"{out}/guard.jsonl", **OPTIONS[mode])
+    loader = _Excluded()
+    guard = TrainingGuard(
+        ddp, opt, clip_norm=1.0, log=f"{out}/guard.jsonl", loader=loader, **OPTIONS[mode]
+    )
     record = {"actions": [], "ranks": [], "reference": None, "stopped": None}
     try:
         _train(guard, ddp, opt, rank, mode, record)
     except TrainingStopped as exc:
         record["stopped"] = [guard.step_count - 1, str(exc)]
     record["final"] = _flat(ddp.module).tolist()
+    record["excluded"] = sorted(loader.excluded)
     guard.close()
     Path(out, f"result{rank}.json").write_text(json.dumps(record))
     dist.barrier()
@@ -105,15 +111,29 @@ def _train(guard, ddp, opt, rank: int, mode: str, record: dict) -> None:
             record["reference"] = _healthy_mean_update(_copy(ddp.module), step).tolist()
         x, y = _bad_batch(rank, step, mode)
         before = _flat(ddp.module).tolist()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        per_sample = torch.nn.functional.mse_loss(ddp(x), y, reduction="none").mean(dim=1)
+        loss = per_sample.mean()
         loss.backward()
-        result = guard.step(loss)
+        indices = [1000 * rank + 10 * step + i for i in range(len(x))]
+        evidence = per_sample if mode in ("evidence", "stop") else None
+        result = guard.step(loss, indices=indices, sample_losses=evidence)
         opt.zero_grad(set_to_none=True)
         record["actions"].append(result.action.value)
         record["ranks"].append(list(result.ranks))
         if step == NAN_STEP:
             record["before_bad_step"] = before
             record["after_bad_step"] = _flat(ddp.module).tolist()
+
+
+class _Excluded:
+    """The guard's seam to GuardedLoader: ``epoch`` and ``exclude(indices)``."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.excluded: set[int] = set()
+
+    def exclude(self, indices) -> None:
+        self.excluded.update(indices)
 
 
 def _copy(module: torch.nn.Module) -> torch.nn.Module:
@@ -190,20 +210,34 @@ def test_drop_bad_ranks_steps_on_the_healthy_mean(tmp_path):
 def test_loss_spike_on_one_rank_is_attributed_and_every_rank_stops_together(tmp_path):
     results = _spawn(tmp_path, "stop")
     for res in results:
-        assert res["actions"][NAN_STEP:] == ["skip"]  # LR cut (no snapshot kept), then stop
+        acts = res["actions"][NAN_STEP:]
+        assert acts[0] == acts[2] == "skip" and len(acts) == 4  # step 8 raised
+        assert {acts[1], acts[3]} <= {"step", "clip"}
         assert res["ranks"][NAN_STEP] == [BAD_RANK]
-        assert res["stopped"][0] == NAN_STEP + 1
+        assert res["stopped"][0] == STOP_STEPS[-1]
         assert (
-            "1 rollback(s) did not recover the run (loss_spike on rank(s) [2])" in res["stopped"][1]
+            "2 LR cut(s) (no snapshot kept) in a row did not help (loss_spike on rank(s) [2]"
+            in res["stopped"][1]
         )
         assert res["final"] == results[0]["final"]
+        assert res["excluded"] == []  # the batch spiked as a whole: no sample is to blame
     events = _events(tmp_path, 3)
-    assert [e["kind"] for e in events if e["step"] >= NAN_STEP] == [
-        "loss_spike",
-        "lr_reduced",
-        "loss_spike",
-        "stop",
-    ]
+    kinds = [e["kind"] for e in events if e["step"] >= NAN_STEP and e["kind"] != "grad_spike"]
+    assert kinds == ["loss_spike", "lr_reduced", "loss_spike", "lr_reduced", "loss_spike", "stop"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_sample_named_on_one_rank_is_excluded_on_every_rank(tmp_path):
+    results = _spawn(tmp_path, "evidence")
+    bad_index = 1000 * BAD_RANK + 10 * NAN_STEP + 0  # _batch puts the NaN in sample 0
+    for res in results:
+        assert res["actions"][NAN_STEP] == "skip"
+        assert res["excluded"] == [bad_index]
+    for rank in range(WORLD):
+        event = next(e for e in _events(tmp_path, rank) if e["kind"] == "nonfinite")
+        assert event["cause"] == "data"
+        assert [(s["index"], s["rank"]) for s in event["samples"]] == [(bad_index, BAD_RANK)]
 
 
 @pytest.mark.slow

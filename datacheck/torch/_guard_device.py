@@ -1,0 +1,130 @@
+"""What the guard runs on the device: the optimizer step under the LR cut, and sync-free mode.
+
+In sync-free mode (``sync_every=N``) the skip decision stays on the device: the all-reduced
+table and a device-side ``ok`` flag (finite, and the loss under the last read-back spike
+threshold) drive a masked update (:class:`~datacheck.torch._syncfree.MaskedStep`), and the
+host reads the records of N steps back at once, logs them and escalates at most once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+from torch.nn.utils import clip_grads_with_norm_
+
+from datacheck.torch import _dist
+from datacheck.torch._guard_policy import Plan, Policy
+from datacheck.torch._guard_types import Action, GuardConfig, StepResult, TrainingStopped
+from datacheck.torch._syncfree import MaskedStep
+
+__all__ = ["DeviceDecisions", "scaled_lr"]
+
+
+@contextlib.contextmanager
+def scaled_lr(optimizer: torch.optim.Optimizer, scale: float) -> Iterator[None]:
+    """The optimizer steps with its LRs times ``scale``; schedulers only ever see the unscaled
+    LRs, so the cut survives every scheduler (chainable or absolute, e.g. OneCycleLR)."""
+    if scale == 1.0:
+        yield
+        return
+    saved = [group["lr"] for group in optimizer.param_groups]
+    for group, lr in zip(optimizer.param_groups, saved, strict=True):
+        group["lr"] = lr * scale
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, saved, strict=True):
+            group["lr"] = lr
+
+
+class DeviceDecisions:
+    """The sync-free half of :class:`~datacheck.torch.TrainingGuard` (a mixin)."""
+
+    config: GuardConfig
+    world: _dist.World
+    optimizer: torch.optim.Optimizer
+    step_count: int
+    _policy: Policy
+    _params: list[torch.Tensor]
+    _masked: MaskedStep | None
+    _pending: list[tuple[int, torch.Tensor]]
+    _stop_message: str | None
+
+    def _escalate(self, step: int, plan: Plan) -> None:
+        raise NotImplementedError
+
+    def _record(self, step: int, plan: Plan, loss: float, norm: float, at: int) -> None:
+        raise NotImplementedError
+
+    @property
+    def lr(self) -> float:
+        raise NotImplementedError
+
+    def _step_on_device(
+        self, step: int, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
+    ) -> StepResult:
+        """Decide on the device (non-finite, or loss >= the last read-back spike threshold)."""
+        cfg = self.config
+        table = _dist.device_stats(self.world, loss, norm, hook_bad)
+        ok = torch.isfinite(table[:, :2]).all()
+        thr = self._policy.loss.threshold()
+        if thr is not None:
+            ok = ok & (table[:, 0].mean() < thr)
+        if cfg.clip_norm is not None:
+            clip_grads_with_norm_(self._params, cfg.clip_norm, norm, foreach=True)
+        assert self._masked is not None
+        with scaled_lr(self.optimizer, self._policy.lr_scale):
+            self._masked.step(ok)
+        self._pending.append((step, torch.cat([table.reshape(-1), ok.reshape(1).to(table.dtype)])))
+        if len(self._pending) < cfg.sync_every:
+            return StepResult(step, Action.DEFERRED, math.nan, math.nan, self.lr)
+        return self._read_back()
+
+    def _read_back(self) -> StepResult:
+        """One host read for the pending steps: log them, keep the windows, escalate once."""
+        steps = [s for s, _ in self._pending]
+        rows = torch.stack([r for _, r in self._pending]).tolist()
+        self._pending.clear()
+        kinds: list[str] = []
+        ranks: set[int] = set()
+        action, escalated = Action.DEFERRED, False
+        loss = norm = math.nan
+        for step, row in zip(steps, rows, strict=True):
+            table = _dist.table_from_rows([row[3 * r : 3 * r + 3] for r in range(self.world.size)])
+            plan, loss, norm = self._replay(step, table, ok=row[-1] > 0)
+            if plan.escalate and not escalated:
+                self._escalate(step, plan)
+                escalated, action = True, plan.action
+            self._record(step, plan, loss, norm, at=self.step_count)
+            kinds += [e["kind"] for e in plan.events]
+            ranks.update(plan.ranks)
+        result = StepResult(
+            steps[-1], action, loss, norm, self.lr, tuple(kinds), tuple(sorted(ranks))
+        )
+        if result.action is Action.STOP and self.config.raise_on_stop:
+            raise TrainingStopped(self._stop_message)
+        return result
+
+    def _replay(self, step: int, table: _dist.RankTable, ok: bool) -> tuple[Plan, float, float]:
+        """Host bookkeeping for a step the device already decided."""
+        finite = [v for v in table.losses if math.isfinite(v)]
+        loss = sum(finite) / len(finite) if finite else math.nan
+        norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
+        policy = self._policy
+        if ok:
+            clipped = self.config.clip_norm is not None and norm > self.config.clip_norm
+            action = Action.CLIP if clipped else Action.STEP
+            return policy.healthy(action, loss, norm, table.norms), loss, norm
+        if table.ranks_with(_dist.BIT_LOSS | _dist.BIT_GRAD):
+            started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
+            ranks = started or table.ranks_with(_dist.BIT_GRAD)
+            plan = policy.bad(step, "nonfinite", ranks, loss=loss, grad_norm=norm)
+        else:
+            thr = policy.loss.threshold() or math.nan
+            ranks = tuple(r for r, v in enumerate(table.losses) if v >= thr)
+            plan = policy.bad(step, "loss_spike", ranks, loss=loss, threshold=thr)
+        policy.blame(plan, evidence=False)
+        return plan, loss, norm

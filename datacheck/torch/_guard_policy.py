@@ -1,0 +1,261 @@
+"""The guard's response policy: what a step's numbers mean and what to do about them.
+
+Pure host bookkeeping (no torch): every rank feeds it the same all-reduced table and so takes
+the same decisions.  The policy tells bad data from divergence:
+
+    bad data      an isolated NaN/Inf or loss spike; a bad step with per-sample evidence (a
+                  non-finite or outlying per-sample loss); bad steps right after a rollback
+                  (the weights are the good snapshot, so the batches are to blame)
+                  -> skip the batch; never an LR cut
+    divergence    ``rollback_after`` bad steps in a row after the weights moved, grad-norm
+                  spikes on ``rollback_after`` stepped steps in a row, a collapsing fp16 scale
+                  -> roll back to the last good snapshot; when an earlier rollback did not
+                  help (trouble again within ``rollback_window`` steps), also cut the LR
+    no way out    ``max_rollbacks`` rollbacks that did not help -> stop
+
+The LR cut is restored after ``lr_restore_after`` stepped steps without a rollback; trouble
+soon after a restore puts the last cut back for good.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from datacheck.torch._guard_types import Action, GuardConfig
+from datacheck.torch._spike import SpikeDetector
+
+__all__ = ["Cause", "Escalation", "Plan", "Policy"]
+
+
+class Cause(str, enum.Enum):
+    """What the policy blames for a bad step (written in the event as ``cause``)."""
+
+    DATA = "data"
+    DIVERGENCE = "divergence"
+
+
+@dataclass
+class Plan:
+    """The decision for one step, built from the shared rank table."""
+
+    action: Action
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ranks: tuple[int, ...] = ()
+    escalate: bool = False
+
+    def add(self, kind: str, severity: str, **values: Any) -> None:
+        self.events.append({"kind": kind, "severity": severity, **values})
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """What a divergence calls for: roll back, cut the LR (to ``lr_scale``), or stop."""
+
+    stop: bool
+    rollback: bool
+    lr_scale: float
+    unhelpful: int
+    """Rollbacks in a row that did not help, this one included."""
+
+
+class Policy:
+    """Counters and detectors behind every decision; ``state()`` / ``load()`` for resume."""
+
+    def __init__(self, cfg: GuardConfig) -> None:
+        self.cfg = cfg
+        self.loss = SpikeDetector(
+            cfg.loss_window, cfg.warmup, cfg.spike_sigmas, cfg.spike_ratio, cfg.spike_factor
+        )
+        self.gnorm = SpikeDetector(
+            cfg.grad_window, cfg.warmup, None, cfg.grad_spike_factor, cfg.grad_spike_factor
+        )
+        self.bad_streak = 0
+        """Bad steps in a row without per-sample evidence."""
+        self.grad_streak = 0
+        self.overflow_streak = 0
+        self.incident: int | None = None
+        """First step of the current bad streak (a rollback goes to a snapshot before it)."""
+        self.since_rollback: int | None = None
+        """Stepped steps since the last rollback (None: none yet)."""
+        self.unhelpful = 0
+        self.rollbacks = 0
+        self.since_warning = cfg.quiet_steps
+        self.since_snapshot = 0
+        self.lr_scale = 1.0
+        self.since_cut = 0
+        self.since_restore: int | None = None
+        self.restored_from = 1.0
+        self.sticky = cfg.lr_restore_after is None
+
+    # -- classifying a step -------------------------------------------------------------
+
+    def bad(self, step: int, kind: str, ranks: tuple[int, ...], **values: Any) -> Plan:
+        """A skipped step (NaN/Inf or loss spike); :meth:`blame` decides what it means."""
+        plan = Plan(Action.SKIP, ranks=ranks)
+        plan.add(kind, "error", ranks=list(ranks), **values)
+        self.grad_streak = 0
+        if self.incident is None:
+            self.incident = step
+        return plan
+
+    def blame(self, plan: Plan, evidence: bool) -> None:
+        """Per-sample evidence, or a streak on unmoved weights, is data; a streak is divergence."""
+        event = plan.events[0]
+        if evidence:
+            event["cause"] = Cause.DATA.value
+            return
+        self.bad_streak += 1
+        event["streak"] = self.bad_streak
+        moved = self.since_rollback is None or self.since_rollback > 0
+        if self.bad_streak >= self.cfg.rollback_after and moved:
+            event["cause"] = Cause.DIVERGENCE.value
+            plan.escalate = True
+        else:
+            event["cause"] = Cause.DATA.value
+
+    def overflow(self) -> Plan:
+        """fp16 overflow: the GradScaler skips and lowers its scale (normal, not divergence)."""
+        self.overflow_streak += 1
+        plan = Plan(Action.SCALER_SKIP)
+        plan.add("scaler_overflow", "info", streak=self.overflow_streak)
+        return plan
+
+    def scale_check(self, plan: Plan, scale: float) -> None:
+        """A scale that keeps falling is divergence in fp16."""
+        plan.events[-1]["scale"] = scale
+        if self.overflow_streak >= self.cfg.max_scaler_skips or scale < self.cfg.min_scale:
+            plan.add("scaler_collapse", "error", scale=scale, streak=self.overflow_streak)
+            plan.escalate = True
+
+    def healthy(self, action: Action, loss: float, norm: float, norms: tuple[float, ...]) -> Plan:
+        """A step that will update the weights; a grad-norm spike is a warning (clipped)."""
+        plan = Plan(action)
+        spike, level = self.gnorm.check(norm)
+        if spike:
+            self.grad_streak += 1
+            self.since_warning = 0
+            factor = self.cfg.grad_spike_factor
+            plan.ranks = tuple(r for r, v in enumerate(norms) if level and v >= factor * level)
+            plan.add(
+                "grad_spike",
+                "warning",
+                ranks=list(plan.ranks),
+                grad_norm=norm,
+                level=level,
+                streak=self.grad_streak,
+                clipped=action is Action.CLIP,
+            )
+            if self.grad_streak >= self.cfg.rollback_after:
+                plan.events[-1]["cause"] = Cause.DIVERGENCE.value
+                plan.escalate = True
+        else:
+            self.grad_streak = 0
+            self.gnorm.push(norm)
+        self.loss.push(loss)
+        self.bad_streak = self.overflow_streak = 0
+        self.incident = None
+        return plan
+
+    # -- responding ---------------------------------------------------------------------
+
+    def escalation(self, have_snapshot: bool, kind: str) -> Escalation:
+        """Divergence: roll back; cut the LR when a recent rollback did not help; or stop."""
+        cfg = self.cfg
+        repeat = self.since_rollback is not None and self.since_rollback <= cfg.rollback_window
+        unhelpful = self.unhelpful + 1 if repeat else 0
+        if unhelpful > cfg.max_rollbacks:
+            return Escalation(True, False, self.lr_scale, unhelpful)
+        # A first rollback is a probe: bad data behind the streak stays bad on the good weights
+        # (no LR cut then); optimisation signals and repeats cut the LR.
+        cut = repeat or not have_snapshot or kind in ("grad_spike", "scaler_collapse")
+        scale = self.lr_scale
+        if cut:
+            recently_restored = (
+                self.since_restore is not None
+                and cfg.lr_restore_after is not None
+                and self.since_restore <= cfg.lr_restore_after
+            )
+            if recently_restored:  # the restored LR diverged: go back to the cut that worked
+                scale, self.sticky = self.restored_from, True
+            else:
+                scale = self.lr_scale * cfg.lr_factor
+        return Escalation(False, have_snapshot, scale, unhelpful)
+
+    def escalated(self, esc: Escalation) -> None:
+        """Bookkeeping after a rollback or LR cut was applied."""
+        self.unhelpful = esc.unhelpful
+        self.rollbacks += esc.rollback
+        if esc.lr_scale != self.lr_scale:
+            self.since_cut = 0
+            self.since_restore = None
+        self.lr_scale = esc.lr_scale
+        self.since_rollback = 0
+        self.bad_streak = self.grad_streak = self.overflow_streak = 0
+        self.since_warning = 0
+        self.incident = None
+
+    def stepped(self) -> tuple[bool, bool]:
+        """After a stepped step: (take a snapshot now, restore the full LR now)."""
+        cfg = self.cfg
+        self.since_warning += 1
+        self.since_snapshot += 1
+        self.since_cut += 1
+        if self.since_restore is not None:
+            self.since_restore += 1
+        if self.since_rollback is not None:
+            self.since_rollback += 1
+            if self.since_rollback > cfg.rollback_window:
+                self.unhelpful = 0
+        restore = (
+            not self.sticky
+            and self.lr_scale < 1.0
+            and cfg.lr_restore_after is not None
+            and self.since_cut >= cfg.lr_restore_after
+        )
+        if restore:
+            self.restored_from, self.lr_scale, self.since_restore = self.lr_scale, 1.0, 0
+        snapshot = (
+            cfg.checkpoint_every > 0
+            and self.since_snapshot >= cfg.checkpoint_every
+            and self.since_warning >= cfg.quiet_steps
+            and self.bad_streak == 0
+        )
+        if snapshot:
+            self.since_snapshot = 0
+        return snapshot, restore
+
+    # -- resume -------------------------------------------------------------------------
+
+    _FIELDS = (
+        "bad_streak",
+        "grad_streak",
+        "overflow_streak",
+        "incident",
+        "since_rollback",
+        "unhelpful",
+        "rollbacks",
+        "since_warning",
+        "since_snapshot",
+        "lr_scale",
+        "since_cut",
+        "since_restore",
+        "restored_from",
+        "sticky",
+    )
+
+    def state(self) -> dict[str, Any]:
+        """Counters and detector windows, as plain Python values."""
+        return {
+            **{name: getattr(self, name) for name in self._FIELDS},
+            "loss": self.loss.state(),
+            "grad_norm": self.gnorm.state(),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state` returned."""
+        for name in self._FIELDS:
+            setattr(self, name, state[name])
+        self.loss.load(state["loss"])
+        self.gnorm.load(state["grad_norm"])
