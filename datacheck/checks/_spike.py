@@ -181,6 +181,19 @@ class SpikeDetector:
         """The last finite reading was above the threshold."""
         return self._episode is not None
 
+    @property
+    def threshold(self) -> float | None:
+        """The smallest finite reading :meth:`check` would judge above (``None``: in warm-up, or
+        no test applies yet).  The guard compares losses with it on the device."""
+        level = self.level
+        if level is None:
+            return None
+        spread = self._episode.spread if self._episode is not None else self._spread(level)
+        bounds = [self.config.ratio * level] if level > 0 else []
+        if spread is not None:
+            bounds.append(level + self.config.sigma * spread)
+        return max(bounds) if bounds else None
+
     def _median(self) -> float:
         s, n = self._sorted, len(self._sorted)
         return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -273,11 +273,11 @@ class TrainingGuard(DeviceDecisions):
         max_norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
         loss_bad = bool(table.ranks_with(_dist.BIT_LOSS))
         grad_bad = bool(table.ranks_with(_dist.BIT_GRAD))
-        self._threshold = policy.loss.threshold()
+        self._threshold = policy.loss.threshold
         if self._scaling and grad_bad and not loss_bad:
             return policy.overflow(), mean_loss, max_norm
         if started and not grad_bad and cfg.drop_bad_ranks:
-            plan = policy.healthy(Action.DROP_RANKS, mean_loss, max_norm, table.norms)
+            plan = policy.healthy(step, Action.DROP_RANKS, mean_loss, max_norm, table.norms)
             plan.ranks = started
             plan.add("nonfinite", "warning", ranks=list(started), dropped=True)
             return plan, mean_loss, max_norm
@@ -288,12 +288,13 @@ class TrainingGuard(DeviceDecisions):
         thr = self._threshold
         if thr is not None and mean_loss >= thr:
             ranks = tuple(r for r, v in enumerate(table.losses) if v >= thr)
-            level = policy.loss.level()
+            level = policy.loss.level
             plan = policy.bad(step, "loss_spike", ranks, loss=mean_loss, level=level, threshold=thr)
             return plan, mean_loss, max_norm
         clipped = cfg.clip_norm is not None and max_norm > cfg.clip_norm
         action = Action.CLIP if clipped else Action.STEP
-        return policy.healthy(action, mean_loss, max_norm, table.norms), mean_loss, max_norm
+        plan = policy.healthy(step, action, mean_loss, max_norm, table.norms)
+        return plan, mean_loss, max_norm
 
     def _evidence(
         self,
@@ -303,7 +304,10 @@ class TrainingGuard(DeviceDecisions):
         sample_losses: torch.Tensor | None,
     ) -> None:
         """Name the samples behind a skipped step (every rank's), then blame data or divergence."""
-        spike = plan.events[0]["kind"] == "loss_spike"
+        # outliers count as evidence at an isolated spike, not amid a divergence
+        policy = self._policy
+        isolated = policy.bad_streak == 0 and policy.since_warning >= self.config.quiet_steps
+        spike = plan.events[0]["kind"] == "loss_spike" and isolated
         local = name_samples(indices, sample_losses, self._threshold if spike else None)
         named = [{**s, "rank": self.world.rank} for s in local]
         if self.world.size > 1:  # every rank skips this step, so every rank joins
@@ -387,13 +391,14 @@ class TrainingGuard(DeviceDecisions):
         return {"at_step": snap.step, "where": str(snap.path or "memory")}
 
     def _state(self) -> dict[str, Any]:
-        windows = {"loss": self._policy.loss.state(), "grad_norm": self._policy.gnorm.state()}
+        policy = self._policy
+        windows = {"loss": policy.loss.state_dict(), "grad_norm": policy.gnorm.state_dict()}
         return capture_state(self.model, self.optimizer, self.scaler, windows)
 
     def _restore(self, state: dict[str, Any]) -> None:
         windows = restore_state(state, self.model, self.optimizer, self.scaler)
-        self._policy.loss.load(windows["loss"])
-        self._policy.gnorm.load(windows["grad_norm"])
+        self._policy.loss.load_state_dict(windows["loss"])
+        self._policy.gnorm.load_state_dict(windows["grad_norm"])
 
     # -- learning rate, resume -------------------------------------------------------------
 

@@ -70,7 +70,7 @@ class DeviceDecisions:
         cfg = self.config
         table = _dist.device_stats(self.world, loss, norm, hook_bad)
         ok = torch.isfinite(table[:, :2]).all()
-        thr = self._policy.loss.threshold()
+        thr = self._policy.loss.threshold
         if thr is not None:
             ok = ok & (table[:, 0].mean() < thr)
         if cfg.clip_norm is not None:
@@ -117,13 +117,13 @@ class DeviceDecisions:
         if ok:
             clipped = self.config.clip_norm is not None and norm > self.config.clip_norm
             action = Action.CLIP if clipped else Action.STEP
-            return policy.healthy(action, loss, norm, table.norms), loss, norm
+            return policy.healthy(step, action, loss, norm, table.norms), loss, norm
         if table.ranks_with(_dist.BIT_LOSS | _dist.BIT_GRAD):
             started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
             ranks = started or table.ranks_with(_dist.BIT_GRAD)
             plan = policy.bad(step, "nonfinite", ranks, loss=loss, grad_norm=norm)
         else:
-            thr = policy.loss.threshold() or math.nan
+            thr = policy.loss.threshold or math.nan
             ranks = tuple(r for r, v in enumerate(table.losses) if v >= thr)
             plan = policy.bad(step, "loss_spike", ranks, loss=loss, threshold=thr)
         policy.blame(plan, evidence=False)

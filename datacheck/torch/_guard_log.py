@@ -16,7 +16,6 @@ import torch
 from datacheck._jsonl import JsonlWriter, json_safe, read_records
 from datacheck.errors import UsageError
 from datacheck.torch._quarantine import QuarantineWriter
-from datacheck.torch._spike import MAD_TO_SIGMA
 
 __all__ = ["EventLog", "bad_steps", "guard_quarantine", "name_samples", "quarantine_records"]
 
@@ -72,6 +71,7 @@ def _summary_writer(log_dir: Path) -> Any:
     return SummaryWriter(log_dir=str(log_dir))
 
 
+MAD_TO_SIGMA = 1.4826
 OUTLIER_SIGMAS = 6.0
 """A per-sample loss this many robust standard deviations above its batch's median ..."""
 OUTLIER_RATIO = 4.0

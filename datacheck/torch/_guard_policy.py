@@ -23,8 +23,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from datacheck.checks._spike import SpikeDetector
 from datacheck.torch._guard_types import Action, GuardConfig
-from datacheck.torch._spike import SpikeDetector
 
 __all__ = ["Cause", "Escalation", "Plan", "Policy"]
 
@@ -65,12 +65,9 @@ class Policy:
 
     def __init__(self, cfg: GuardConfig) -> None:
         self.cfg = cfg
-        self.loss = SpikeDetector(
-            cfg.loss_window, cfg.warmup, cfg.spike_sigmas, cfg.spike_ratio, cfg.spike_factor
-        )
-        self.gnorm = SpikeDetector(
-            cfg.grad_window, cfg.warmup, None, cfg.grad_spike_factor, cfg.grad_spike_factor
-        )
+        self.loss = SpikeDetector(cfg.loss_spike)
+        """The loss detector ``datacheck logs`` uses: spikes never enter its window."""
+        self.gnorm = SpikeDetector(cfg.grad_spike)
         self.bad_streak = 0
         """Bad steps in a row without per-sample evidence."""
         self.grad_streak = 0
@@ -93,6 +90,8 @@ class Policy:
 
     def bad(self, step: int, kind: str, ranks: tuple[int, ...], **values: Any) -> Plan:
         """A skipped step (NaN/Inf or loss spike); :meth:`blame` decides what it means."""
+        if kind == "loss_spike":
+            self.loss.update(values["loss"], step=step)  # the episode, judged as it goes on
         plan = Plan(Action.SKIP, ranks=ranks)
         plan.add(kind, "error", ranks=list(ranks), **values)
         self.grad_streak = 0
@@ -129,15 +128,18 @@ class Policy:
             plan.add("scaler_collapse", "error", scale=scale, streak=self.overflow_streak)
             plan.escalate = True
 
-    def healthy(self, action: Action, loss: float, norm: float, norms: tuple[float, ...]) -> Plan:
+    def healthy(
+        self, step: int, action: Action, loss: float, norm: float, norms: tuple[float, ...]
+    ) -> Plan:
         """A step that will update the weights; a grad-norm spike is a warning (clipped)."""
         plan = Plan(action)
-        spike, level = self.gnorm.check(norm)
-        if spike:
+        bound = self.gnorm.threshold
+        verdict = self.gnorm.update(norm, step=step)
+        level = verdict.level
+        if verdict.above:
             self.grad_streak += 1
             self.since_warning = 0
-            factor = self.cfg.grad_spike_factor
-            plan.ranks = tuple(r for r, v in enumerate(norms) if level and v >= factor * level)
+            plan.ranks = tuple(r for r, v in enumerate(norms) if bound is not None and v >= bound)
             plan.add(
                 "grad_spike",
                 "warning",
@@ -152,8 +154,7 @@ class Policy:
                 plan.escalate = True
         else:
             self.grad_streak = 0
-            self.gnorm.push(norm)
-        self.loss.push(loss)
+        self.loss.update(loss, step=step)
         self.bad_streak = self.overflow_streak = 0
         self.incident = None
         return plan
@@ -249,13 +250,13 @@ class Policy:
         """Counters and detector windows, as plain Python values."""
         return {
             **{name: getattr(self, name) for name in self._FIELDS},
-            "loss": self.loss.state(),
-            "grad_norm": self.gnorm.state(),
+            "loss": self.loss.state_dict(),
+            "grad_norm": self.gnorm.state_dict(),
         }
 
     def load(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state` returned."""
         for name in self._FIELDS:
             setattr(self, name, state[name])
-        self.loss.load(state["loss"])
-        self.gnorm.load(state["grad_norm"])
+        self.loss.load_state_dict(state["loss"])
+        self.gnorm.load_state_dict(state["grad_norm"])

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig
 from datacheck.errors import DatacheckError, UsageError
 
 __all__ = [
@@ -59,21 +60,11 @@ class GuardConfig:
 
     clip_norm: float | None = 1.0
     """Clip the total gradient norm to this; ``None`` turns clipping off (detection stays)."""
-    spike_sigmas: float = 6.0
-    """A loss more than this many robust standard deviations (1.4826 x MAD) above the median of
-    its window is a spike, if it is also ``spike_ratio`` times the median."""
-    spike_ratio: float = 1.25
-    """... and at least this many times the median (so a flat, noiseless loss does not fire)."""
-    spike_factor: float = 10.0
-    """A loss at least this many times its median is a spike whatever its spread."""
-    grad_spike_factor: float = 10.0
-    """A grad norm at least this many times its recent median is a (warning) grad spike."""
-    loss_window: int = 128
-    """Finite losses of healthy steps kept for the median and MAD."""
-    grad_window: int = 128
-    """Finite grad norms kept for the running median."""
-    warmup: int = 20
-    """Values needed in a window before spikes are judged against it."""
+    loss_spike: SpikeConfig = LOSS
+    """What a loss spike is: the detector ``datacheck logs`` uses, with its defaults (median and
+    MAD over 128 readings, 6 robust sigmas and 1.5x the median)."""
+    grad_spike: SpikeConfig = GRAD_NORM
+    """What a grad-norm spike is (a warning; ``rollback_after`` in a row mean divergence)."""
     rollback_after: int = 3
     """Consecutive bad steps (no per-sample evidence) or grad spikes that mean divergence."""
     max_rollbacks: int = 5
@@ -126,11 +117,6 @@ class GuardConfig:
     """Raise :class:`TrainingStopped` when giving up (else return ``Action.STOP``)."""
 
     def __post_init__(self) -> None:
-        for name in ("spike_factor", "grad_spike_factor", "spike_ratio"):
-            if not getattr(self, name) > 1.0:
-                raise UsageError(f"guard config: {name}={getattr(self, name)!r} must be > 1")
-        if not self.spike_sigmas > 0:
-            raise UsageError(f"guard config: spike_sigmas={self.spike_sigmas!r} must be > 0")
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise UsageError(f"guard config: clip_norm={self.clip_norm!r} must be > 0 or None")
         if not 0.0 < self.lr_factor <= 1.0:
@@ -150,8 +136,6 @@ class GuardConfig:
 
 
 _AT_LEAST_ONE = (
-    "loss_window",
-    "grad_window",
     "rollback_after",
     "max_rollbacks",
     "rollback_window",
@@ -159,7 +143,6 @@ _AT_LEAST_ONE = (
     "max_scaler_skips",
 )
 _AT_LEAST_ZERO = (
-    "warmup",
     "checkpoint_every",
     "quiet_steps",
     "skip_after_rollback",

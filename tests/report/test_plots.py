@@ -143,7 +143,7 @@ def guard_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    guard = TrainingGuard(model, opt, log=str(log), log_every=1, warmup=5, checkpoint_every=10)
+    guard = TrainingGuard(model, opt, log=str(log), log_every=1, checkpoint_every=10)
     x = torch.randn(64, 4)
     y = x.sum(1, keepdim=True)
     for step in range(60):

@@ -210,7 +210,7 @@ def test_lr_x100_spike_rolls_back_and_lowers_lr():
 def test_grad_norm_spike_is_a_warning_and_the_step_is_clipped(tmp_path):
     x, y, model = _regression()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    guard = TrainingGuard(model, opt, clip_norm=5.0, warmup=5, log=str(tmp_path / "g.jsonl"))
+    guard = TrainingGuard(model, opt, clip_norm=5.0, log=str(tmp_path / "g.jsonl"))
     for step, (_, xb, yb) in enumerate(_batches(x, y, 12)):
         loss = F.mse_loss(model(xb), yb)
         loss.backward()
@@ -399,11 +399,12 @@ def test_log_lines_are_flushed_as_written(tmp_path):
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"spike_factor": 1.0}, "spike_factor"),
+        ({"rollback_window": 0}, "rollback_window"),
         ({"clip_norm": 0.0}, "clip_norm"),
         ({"lr_factor": 2.0}, "lr_factor"),
-        ({"loss_window": 0}, "loss_window"),
-        ({"warmup": -1}, "warmup"),
+        ({"lr_restore_after": 0}, "lr_restore_after"),
+        ({"quiet_steps": -1}, "quiet_steps"),
+        ({"async_checkpoint": True}, "needs checkpoint_dir"),
     ],
 )
 def test_config_is_validated(options, match):
