@@ -118,6 +118,7 @@ class TrainingGuard(DeviceDecisions):
         self._skip_pending = 0
         self._stop_message: str | None = None
         self._threshold: float | None = None
+        self._held: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
         self._micro: list[tuple[torch.Tensor, Sequence[int] | None, torch.Tensor | None]] = []
         self._epoch, self._batch = 0, -1
         self._masked = self._maybe_masked()
@@ -260,10 +261,10 @@ class TrainingGuard(DeviceDecisions):
 
     def _next_batch(self) -> None:
         """Track the batch's (epoch, position) as the loader's manifest rows count them."""
-        epoch = self.loader.epoch if self.loader is not None else 0
-        if epoch != self._epoch:
-            self._epoch, self._batch = epoch, -1
-        self._batch += 1
+        if self.loader is not None:
+            self._epoch, self._batch = self.loader.epoch, self.loader.step
+        else:
+            self._batch += 1
 
     def _decide(self, step: int, table: _dist.RankTable) -> tuple[Plan, float, float]:
         cfg, policy = self.config, self._policy
@@ -304,24 +305,38 @@ class TrainingGuard(DeviceDecisions):
         sample_losses: torch.Tensor | None,
     ) -> None:
         """Name the samples behind a skipped step (every rank's), then blame data or divergence."""
-        # outliers count as evidence at an isolated spike, not amid a divergence
+        self._held = None  # the previous step's outliers: this step is bad too, not isolated
         policy = self._policy
+        spike = plan.events[0]["kind"] == "loss_spike"
         isolated = policy.bad_streak == 0 and policy.since_warning >= self.config.quiet_steps
-        spike = plan.events[0]["kind"] == "loss_spike" and isolated
-        local = name_samples(indices, sample_losses, self._threshold if spike else None)
+        local = name_samples(
+            indices,
+            sample_losses,
+            outliers=isolated and (spike or self.world.rank in plan.ranks),
+            threshold=self._threshold if spike else None,
+        )
         named = [{**s, "rank": self.world.rank} for s in local]
         if self.world.size > 1:  # every rank skips this step, so every rank joins
             parts: list[Any] = [None] * self.world.size
             dist.all_gather_object(parts, named, group=self.world.group)
             named = [s for part in parts for s in part]
-        self._policy.blame(plan, evidence=bool(named))
+        sure = any(s["check"] == "nonfinite_loss" for s in named)
+        policy.blame(plan, evidence=sure)
         if indices is not None:
             plan.events[0]["indices"] = [int(i) for i in indices][:1000]
         if not named:
             return
         plan.events[0]["samples"] = named[:1000]
-        if self._quarantine is not None and local:
-            rows = quarantine_records(local, self._epoch, self._batch, self.world.rank)
+        rows = quarantine_records(local, self._epoch, self._batch, self.world.rank)
+        if sure:
+            self._name(rows, named)
+        else:  # outliers: named once the next step shows the spike was isolated (not divergence)
+            plan.events[0]["pending"] = True
+            self._held = (rows, named)
+
+    def _name(self, rows: list[dict[str, Any]], named: list[dict[str, Any]]) -> None:
+        """Quarantine this rank's named samples; exclude every rank's for the rest of the run."""
+        if self._quarantine is not None and rows:
             self._quarantine.write(rows)
         if self.loader is not None:
             self.loader.exclude({int(s["index"]) for s in named})
@@ -475,6 +490,10 @@ class TrainingGuard(DeviceDecisions):
     def _record(self, step: int, plan: Plan, loss: float, norm: float, at: int) -> None:
         """Snapshot and LR bookkeeping and the log lines of one step (``at``: the next step)."""
         if plan.action.stepped:
+            if self._held is not None:
+                plan.add("samples_named", "info", samples=self._held[1][:1000])
+                self._name(*self._held)
+                self._held = None
             snapshot, restore = self._policy.stepped()
             if restore:
                 plan.add("lr_restored", "info", lr=self.lr)

@@ -76,18 +76,26 @@ OUTLIER_SIGMAS = 6.0
 """A per-sample loss this many robust standard deviations above its batch's median ..."""
 OUTLIER_RATIO = 4.0
 """... and at least this many times that median is an outlier within its batch."""
+OUTLIER_GAP = 10.0
+"""Outliers are named only when the smallest named loss is this many times the largest one
+left: a poisoned sample's loss (1e27 after a 1e30 feature) stands apart; a hard clean sample's
+(a few times the rest) does not."""
 
 
 def name_samples(
-    indices: Sequence[int] | None, sample_losses: torch.Tensor | None, threshold: float | None
+    indices: Sequence[int] | None,
+    sample_losses: torch.Tensor | None,
+    *,
+    outliers: bool,
+    threshold: float | None = None,
 ) -> list[dict[str, Any]]:
     """The samples behind a bad step, named only on per-sample evidence.
 
-    Evidence is a non-finite per-sample loss; or, at a loss spike (``threshold`` given), losses
-    that are outliers within their batch (robust z and ratio to the batch median) and whose
-    removal brings this batch's mean under the threshold.  A batch whose loss is high as a
-    whole names nothing (its samples are not to blame one by one), nor does a batch whose
-    mean is under the threshold (another rank's spike).
+    Evidence is a non-finite per-sample loss; or, when ``outliers``, losses that are outliers
+    within their batch (robust z and ratio to the batch median), a few of them, whose removal
+    brings this batch's mean under the spike ``threshold`` (when given).  A batch whose loss is
+    high as a whole names nothing (its samples are not to blame one by one), nor does a batch
+    whose mean is under the threshold (another rank's spike).
     """
     if sample_losses is None or sample_losses.numel() == 0:
         return []
@@ -97,23 +105,26 @@ def name_samples(
     bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
     if bad:
         return [{"index": names[i], "check": "nonfinite_loss", "loss": values[i]} for i in bad]
-    if threshold is None or not sum(values) / len(values) >= threshold:
+    if not outliers or (threshold is not None and not sum(values) / len(values) >= threshold):
         return []
     out = _outliers(values, threshold)
     return [{"index": names[i], "check": "loss_outlier", "loss": values[i]} for i in out]
 
 
-def _outliers(values: list[float], threshold: float) -> list[int]:
+def _outliers(values: list[float], threshold: float | None) -> list[int]:
     med = statistics.median(values)
     mad = statistics.median(abs(v - med) for v in values)
     bound = max(med + OUTLIER_SIGMAS * MAD_TO_SIGMA * mad, OUTLIER_RATIO * med if med > 0 else med)
     order = sorted((i for i, v in enumerate(values) if v > bound), key=lambda i: -values[i])
     if len(order) > len(values) // 4:  # not a few samples: the batch as a whole
         return []
+    rest = sorted(values, reverse=True)
     rest_sum, rest_n = sum(values), len(values)
     for k, i in enumerate(order, 1):
         rest_sum, rest_n = rest_sum - values[i], rest_n - 1
-        if rest_n and rest_sum / rest_n < threshold:
+        # named only when far apart from every sample left (a hard clean sample is not)
+        apart = values[i] >= OUTLIER_GAP * max(rest[k], 1e-12)
+        if apart and (threshold is None or (rest_n and rest_sum / rest_n < threshold)):
             return order[:k]
     return []
 

@@ -174,5 +174,7 @@ class ExcludingLoader(Protocol):
     samples out of the rest of the run."""
 
     epoch: int
+    step: int
+    """The position in the epoch of the batch last yielded (the manifest's ``step``)."""
 
     def exclude(self, indices: Iterable[int]) -> None: ...

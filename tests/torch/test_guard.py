@@ -566,3 +566,24 @@ def test_sync_free_mode_refuses_a_grad_scaler():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(UsageError, match="sync_every needs scaler=None"):
         TrainingGuard(model, opt, torch.amp.GradScaler("cpu"), sync_every=4)
+
+
+@pytest.mark.parametrize(
+    ("losses", "outliers", "threshold", "named"),
+    [
+        ([0.05] * 15 + [float("nan")], False, None, [(15, "nonfinite_loss")]),
+        ([0.05] * 14 + [3.0, 1e27], True, None, [(15, "loss_outlier")]),  # not the hard one
+        ([0.05] * 14 + [3.0, 1e27], False, None, []),  # outliers not asked for
+        ([2.0] * 16, True, 0.1, []),  # the batch spikes as a whole
+        ([0.05] * 15 + [32.0], True, 0.1, [(15, "loss_outlier")]),
+        ([0.05] * 14 + [8.6, 32.0], True, 0.1, [(15, "loss_outlier"), (14, "loss_outlier")]),
+        ([0.05] * 15 + [32.0], True, 10.0, []),  # this batch is under the threshold
+    ],
+)
+def test_samples_are_named_only_on_per_sample_evidence(losses, outliers, threshold, named):
+    from datacheck.torch._guard_log import name_samples
+
+    got = name_samples(
+        list(range(16)), torch.tensor(losses), outliers=outliers, threshold=threshold
+    )
+    assert [(s["index"], s["check"]) for s in got] == named

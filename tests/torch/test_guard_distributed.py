@@ -56,7 +56,7 @@ def _bad_batch(rank: int, step: int, mode: str) -> tuple[torch.Tensor, torch.Ten
 OPTIONS = {
     "skip": {"checkpoint_every": 2, "quiet_steps": 2},
     "drop": {"drop_bad_ranks": True},
-    "stop": {"warmup": 3, "rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0},
+    "stop": {"rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0},
     "evidence": {"checkpoint_every": 0},
     "syncfree": {"sync_every": 3, "checkpoint_every": 0},
 }
@@ -129,7 +129,7 @@ class _Excluded:
     """The guard's seam to GuardedLoader: ``epoch`` and ``exclude(indices)``."""
 
     def __init__(self) -> None:
-        self.epoch = 0
+        self.epoch = self.step = 0
         self.excluded: set[int] = set()
 
     def exclude(self, indices) -> None:
