@@ -259,6 +259,9 @@ def scan_unit(
     ``profile`` also collects per-column statistics (``sketch``: with quantile sketches).
     """
     start = time.perf_counter()
+    shown = shown_path(unit.path)
+    if shown != unit.path:  # Arrow holds UTF-8 only: report the file under an escaped name
+        return _unreadable_name(unit, shown, start, parts_dir)
     col = _Collector(unit.path)
     res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
     res.bytes = unit.size // max(unit.n_parts, 1)
@@ -301,6 +304,29 @@ def scan_unit(
     if errors:
         res.corrupt = errors[0]
         col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))
+    _finish(res, col, parts_dir)
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def shown_path(path: str) -> str:
+    """``path`` as reports show it: bytes of a name that are not UTF-8 (held as surrogates
+    by Python) as ``\\xNN`` escapes; any other path unchanged."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
+def _unreadable_name(unit: WorkUnit, shown: str, start: float, parts_dir: str | None) -> UnitResult:
+    """A file whose name is not UTF-8: ``corrupt`` under its escaped name (the readers take
+    UTF-8 paths only), so the scan reports it instead of failing on it."""
+    col = _Collector(shown)
+    res = UnitResult(shown_path(unit.key), shown, unit.format, unit.part, unit.n_parts)
+    res.bytes = unit.size // max(unit.n_parts, 1)
+    res.corrupt = "the file name is not valid UTF-8 (shown with \\x escapes): rename it to scan it"
+    col.finding(fnd.Finding(shown, "corrupt", Severity.ERROR, value=res.corrupt))
     _finish(res, col, parts_dir)
     res.seconds = time.perf_counter() - start
     return res

@@ -93,3 +93,18 @@ def test_a_reader_error_quotes_only_a_short_escaped_excerpt_of_the_file(tmp_path
     assert error.startswith("ArrowInvalid: CSV parse error: ")
     assert "Expected 2 columns, got 1: root:x:0" in error
     assert "secret" not in error and "\x1b" not in error and error.endswith("...")
+
+
+def test_a_file_name_that_is_not_utf8_is_reported_corrupt_under_an_escaped_name(
+    data: Path,
+) -> None:
+    raw = os.fsencode(str(data)) + b"/bad\xff.parquet"
+    with open(raw, "wb") as fh:
+        fh.write((data / "ok.parquet").read_bytes())
+    report = datacheck.scan(data, out=data.parent / "out", executor="inprocess")
+    files = report.files.set_index("path")
+    shown = str(data) + "/bad\\xff.parquet"
+    assert files.loc[shown, "status"] == "corrupt"
+    assert files.loc[shown, "error"].startswith("the file name is not valid UTF-8")
+    assert files.loc[str(data / "ok.parquet"), "status"] == "ok"
+    assert report.findings["path"].tolist() == [shown]
