@@ -365,6 +365,14 @@ def file_findings(
     if schema.index and not run.stored_index:
         spec = schema.index[0]
         out += _dtype_finding(path, spec.name, pa.int64(), spec)
+    for i, spec in enumerate(schema.index):  # pandera checks a named level's name
+        actual = run.stored_index[i] if i < len(run.stored_index) else None
+        if not spec.name.startswith("__index_level_") and actual not in (None, spec.name):
+            msg = f"index level named {actual!r}, schema says {spec.name!r}"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
+        elif not spec.name.startswith("__index_level_") and actual is None and i == 0:
+            msg = f"the file stores no index (pandas reads the row number), schema names it {spec.name!r}"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
     stored = len(run.stored_index) or 1  # no stored index: the row number, one level
     for spec in schema.index[stored:]:
         msg = f"index level missing: the file stores {stored} index level(s)"

@@ -149,7 +149,7 @@ def pandera_sites(schema: Any, path: Path) -> tuple[set[Site], set[Site]]:
                 and math.isnan(r.failure_case)
             ):
                 nan_null.add((col, "nan", row))
-        elif chk.startswith(("dtype(", "coerce_dtype(")):
+        elif chk.startswith(("dtype(", "coerce_dtype(", "field_name(")):
             name = "schema"
         else:
             name, _ = _name(schema, ctx, r.column, r.check_number)
@@ -160,21 +160,22 @@ def pandera_sites(schema: Any, path: Path) -> tuple[set[Site], set[Site]]:
         if chk.startswith("column_in_dataframe") or name == "schema" and chk.startswith("dtype("):
             row = None
         out.add((col, name, row))
-        warning = chk not in _PANDERA_CHECKS and not chk.startswith(("dtype(", "coerce_dtype("))
+        warning = chk not in _PANDERA_CHECKS and name != "schema"
         warning = warning and _name(schema, ctx, r.column, r.check_number)[1]
         SEVERITY["pandera", (col, name, row)] = "warning" if warning else "error"
     return out, nan_null
 
 
 def datacheck_sites(
-    schema: Any, path: Path, out: Path, index_name: str | None
+    schema: Any, path: Path, out: Path, index_name: str | set[str] | None
 ) -> tuple[set[Site], pd.DataFrame]:
     report = datacheck.scan(path, schema=schema, out=out)
     f = report.findings
     sites = set()
     for r in f.itertuples():
         col = None if pd.isna(r.column) else r.column
-        if index_name is not None and col == index_name:
+        names = {index_name} if isinstance(index_name, str) else set(index_name or ())
+        if col is not None and col in names:
             col = "<index>"
         site = (col, r.check, None if pd.isna(r.row) else int(r.row))
         sites.add(site)
@@ -243,11 +244,11 @@ def explain(
 def run(case: Case, fmt: str, folder: Path) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     path = write(case, fmt, folder)
-    index_name = None
+    index_name = set()
     if case.index is not None:
-        index_name = case.index.name or "__index_level_0__"
-    elif case.schema.index is not None:
-        index_name = case.schema.index.name or "__index_level_0__"
+        index_name.add(case.index.name or "__index_level_0__")
+    if case.schema.index is not None:
+        index_name.add(case.schema.index.name or "__index_level_0__")
     pandera, nan_null = pandera_sites(case.schema, path)
     ours, findings = datacheck_sites(case.schema, path, folder / "out", index_name)
     data = _read(path)  # values as pandas read them: rows line up with pandera's

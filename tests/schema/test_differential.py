@@ -183,6 +183,18 @@ def _cases() -> list[Case]:
             index=pd.Index([10, 5, 11], name="id"),
         ),
         Case(
+            "index named otherwise",
+            pa_.DataFrameSchema({"a": C(int)}, index=pa_.Index(int, name="id")),
+            _t(a=[1, 2, 3]),
+            formats=("parquet",),
+            index=pd.Index([10, 5, 11], name="key"),
+        ),
+        Case(
+            "named index, none stored",
+            pa_.DataFrameSchema({"a": C(int)}, index=pa_.Index(int, name="id")),
+            _t(a=[1, 2, 3]),
+        ),
+        Case(
             "index is the row number",
             pa_.DataFrameSchema({"a": C(int)}, index=pa_.Index(int, Chk.lt(2))),
             _t(a=[1, 2, 3]),
