@@ -430,3 +430,38 @@ def test_multiindex_levels(tmp_path: Path) -> None:
     got = dict(zip(r.findings.column, r.findings.value, strict=True))
     assert got.keys() == {"a", "b"}  # pandera: a RangeIndex is not this MultiIndex
     assert got["b"].startswith("index level missing") and "no index" in got["a"]
+
+
+def test_cli_hostile_schema_is_one_line_exit_2(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"x": [1.0]}), tmp_path / "d.parquet")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(
+            f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
+            for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+        )
+        + "columns: {x: {dtype: float64}}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(datacheck.__file__).parents[1])}
+    for schema in (bomb, "/dev/zero", "sys:exit", "builtins:breakpoint"):
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "datacheck",
+                "scan",
+                "d.parquet",
+                "--out",
+                "o",
+                "--schema",
+                str(schema),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 2, (schema, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and len(res.stderr) < 400, res.stderr
