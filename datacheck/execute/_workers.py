@@ -50,6 +50,8 @@ _MAX_IDLE = 64
 TIMEOUT_BASE_S = 300.0
 """Default time limit of a unit: this, plus one second per :data:`TIMEOUT_BYTES_PER_S`."""
 TIMEOUT_BYTES_PER_S = 4 << 20
+PARENT_CHECK_S = 2.0
+"""How often an idle worker checks that the process that started it is still there."""
 MEMORY_POLL_S = 0.2
 """How often a busy worker's memory is read against its limit."""
 MIN_MEMORY = 2 << 30
@@ -128,8 +130,13 @@ def _serve(conn: Connection, preload: tuple[str, ...]) -> None:
         faulthandler.disable()  # no dump of a forked worker's stack on the user's terminal
     _import_all(preload)
     fn: Any = None
+    parent = os.getppid()
     while True:
         try:
+            if not conn.poll(PARENT_CHECK_S):
+                if os.getppid() != parent:  # killed outright: a forked sibling may still hold
+                    return  # our pipe's other end open, so no EOF would ever come
+                continue
             msg = conn.recv()
         except (EOFError, OSError):  # the parent is gone
             return
