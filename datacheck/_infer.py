@@ -29,6 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from datacheck._escape import printable
 from datacheck.checks._rules import ZSCORE_MAX, Normalized, Reference
 from datacheck.errors import InputError, UsageError
 
@@ -459,7 +460,7 @@ def infer(
         shards = {p: by_file[p][name] for p in having if name in by_file.get(p, {})}
         missing = len(readable) - len(having)
         lines += _column_lines(name, arrow, s, shards, name in normalized, config, notes, missing)
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(printable(ln) for ln in lines) + "\n"  # no name can smuggle a YAML line
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)

@@ -88,6 +88,7 @@ def test_readme_blocks_are_marked_or_run() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # every block of the README in turn: ~3 min on a loaded 2-core machine
 def test_readme_runs_as_written(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("matplotlib")

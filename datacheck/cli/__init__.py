@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from datacheck._escape import printable
 from datacheck.cli._base import ExitCode, Parser, exit_codes_epilog, unrecognized
 from datacheck.errors import DatacheckError
 
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise unrecognized(_subparser(parser, args.command), extras)
         return int(args.func(args))
     except DatacheckError as exc:
-        print(f"datacheck: error: {exc}", file=sys.stderr)
+        print(f"datacheck: error: {printable(exc)}", file=sys.stderr)  # always one line
         return ExitCode.USAGE
     except _Terminated:
         print("datacheck: terminated (SIGTERM); rerun with --resume to finish", file=sys.stderr)
@@ -113,7 +114,7 @@ def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ").replace("\r", " ")
+    text = printable(f"{type(exc).__name__}: {exc}")
     return text if len(text) <= 200 else text[:197] + "..."
 
 

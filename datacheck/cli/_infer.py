@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from datacheck._escape import printable
 from datacheck.checks._rules import ZSCORE_MAX
 
 __all__ = ["add_parser"]
@@ -68,6 +69,6 @@ def _run_infer(args: argparse.Namespace) -> int:
         f"{result.rows:,} rows: {args.out}"
     )
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {printable(note)}", file=sys.stderr)
     print(f"next: datacheck scan DATA --schema {args.out}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from datacheck._escape import printable
 from datacheck.report._data import MANIFEST, ReportData
 
 
@@ -159,4 +160,4 @@ def render_text(report: ReportData, show: int = SHOW) -> str:
     fail_on = report.settings.get("fail_on", "error")
     verdict = "PASS" if code == 0 else f"FAIL (findings at or above '{fail_on}')"
     lines.append(f"verdict:    {verdict}, exit {code}")
-    return "\n".join(lines)
+    return "\n".join(printable(ln) for ln in lines)  # a name's newline cannot forge a line

@@ -141,7 +141,7 @@ def test_a_bug_inside_datacheck_is_exit_3_with_one_line_naming_the_traceback_log
     assert r.returncode == ExitCode.INTERNAL == 3
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr
-    assert lines[0].startswith("datacheck: internal error: RuntimeError: planted bug second line")
+    assert lines[0].startswith("datacheck: internal error: RuntimeError: planted bug\\nsecond line")
     log = Path(lines[0].rsplit(" ", 1)[-1])
     assert log.parent == tmp_path and "planted bug" in log.read_text()
     assert "Traceback" in log.read_text()
@@ -231,3 +231,31 @@ def test_sample_findings_under_the_table(demo_dir: Path, tmp_path: Path) -> None
     assert oor.split()[2:] == ["label", "12"]
     quiet = run("report", str(tmp_path / "o"), "--show", "0")
     assert quiet.returncode == 1 and "findings (first" not in quiet.stdout
+
+
+def test_a_file_name_with_control_characters_cannot_forge_summary_or_schema_lines(
+    tmp_path: Path,
+) -> None:
+    """A name holding a newline prints escaped: no fake 'verdict: PASS' line in the summary,
+    no 'strict: true' smuggled into the YAML that infer writes."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    data.mkdir()
+    name = "x.parquet\nverdict:    PASS\nstrict: true\n\x1b[2J.parquet"
+    pq.write_table(pa.table({"a": np.array([1.0, np.nan])}), data / name)
+    r = run("scan", str(data), "--out", str(tmp_path / "rep"), "--no-progress")
+    assert r.returncode == ExitCode.FINDINGS, r.stderr
+    assert not any(
+        ln.startswith(("verdict:    PASS", "strict: true")) for ln in r.stdout.splitlines()
+    )
+    assert "\\nverdict:    PASS\\nstrict: true\\n\\x1b[2J" in r.stdout
+    r = run("infer", str(data), "--out", str(tmp_path / "schema.yaml"))
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "schema.yaml").read_text()
+    assert "\x1b" not in text and not any(ln.startswith("strict:") for ln in text.splitlines())
+    import yaml
+
+    assert "strict" not in yaml.safe_load(text)
