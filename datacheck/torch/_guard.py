@@ -31,7 +31,13 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from datacheck.errors import UsageError
 from datacheck.torch import _dist
-from datacheck.torch._guard_device import DeviceDecisions, scaled_lr
+from datacheck.torch._guard_device import (
+    DeviceDecisions,
+    Micro,
+    check_scalar,
+    merge_micro,
+    scaled_lr,
+)
 from datacheck.torch._guard_log import (
     SKIPPED_KINDS,
     EventLog,
@@ -119,7 +125,7 @@ class TrainingGuard(DeviceDecisions):
         self._stop_message: str | None = None
         self._threshold: float | None = None
         self._held: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
-        self._micro: list[tuple[torch.Tensor, Sequence[int] | None, torch.Tensor | None]] = []
+        self._micro: list[Micro] = []
         self._epoch, self._batch = 0, -1
         self._masked = self._maybe_masked()
         self._pending: list[tuple[int, torch.Tensor]] = []
@@ -171,7 +177,7 @@ class TrainingGuard(DeviceDecisions):
         ``step()`` then checks every micro-batch's loss.  With DDP, wrap all but the last
         micro-batch in ``model.no_sync()`` as usual.
         """
-        self._check_scalar(loss, "backward")
+        check_scalar(loss, "backward")
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         self._micro.append((loss.detach(), indices, sample_losses))
         self._next_batch()
@@ -222,14 +228,6 @@ class TrainingGuard(DeviceDecisions):
             self._escalate(step, plan)
         return self._finish(step, plan, mean_loss, max_norm)
 
-    @staticmethod
-    def _check_scalar(loss: torch.Tensor, where: str) -> None:
-        if loss.numel() != 1:
-            raise UsageError(
-                f"TrainingGuard.{where}: pass the scalar loss (got shape {tuple(loss.shape)}); "
-                "per-sample losses go in sample_losses="
-            )
-
     def _step_inputs(
         self,
         loss: torch.Tensor | None,
@@ -243,7 +241,7 @@ class TrainingGuard(DeviceDecisions):
                     "TrainingGuard.step: after guard.backward(...) call guard.step() without a "
                     "loss (the micro-batches' losses are already recorded)"
                 )
-            self._check_scalar(loss, "step")
+            check_scalar(loss, "step")
             self._next_batch()
             return loss, indices, sample_losses
         if not self._micro:
@@ -251,13 +249,7 @@ class TrainingGuard(DeviceDecisions):
                 "TrainingGuard.step: pass the loss, or call guard.backward(loss) per micro-batch"
             )
         micro, self._micro = self._micro, []
-        mean = torch.stack([m[0].reshape(()).float() for m in micro]).mean()
-        idx = None
-        if all(m[1] is not None for m in micro):
-            idx = [int(i) for m in micro for i in m[1] or ()]
-        parts = [m[2].detach().reshape(-1) for m in micro if m[2] is not None]
-        samples = torch.cat(parts) if len(parts) == len(micro) else None
-        return mean, idx, samples
+        return merge_micro(micro)
 
     def _next_batch(self) -> None:
         """Track the batch's (epoch, position) as the loader's manifest rows count them."""
