@@ -221,3 +221,32 @@ def test_two_guards_sharing_a_log_are_told_apart(tmp_path):
     ga.close()
     gb.close()
     assert bad_steps(log, name="gen") == {1} and bad_steps(log, name="disc") == set()
+
+
+def test_a_sample_the_guard_names_is_excluded_by_the_loader_for_the_rest_of_the_run(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from datacheck.torch import GuardedLoader, read_quarantine
+
+    _, x, y = _setup()
+    model = torch.nn.Linear(8, 1)
+    x = x[:64].clone()
+    x[13] = 1e30  # "extreme" is a warning: the loader keeps it; its squared error is Inf
+    ds = TensorDataset(x, y[:64], torch.arange(64))
+    loader = GuardedLoader(DataLoader(ds, batch_size=16, shuffle=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    folder = tmp_path / "q"
+    guard = TrainingGuard(model, opt, loader=loader, quarantine=str(folder))
+    seen = {0: [], 1: []}
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        for xb, yb, idx in loader:
+            seen[epoch] += idx.tolist()
+            per_sample = F.mse_loss(model(xb), yb, reduction="none").mean(1)
+            per_sample.mean().backward()
+            guard.step(per_sample.mean(), indices=idx.tolist(), sample_losses=per_sample.detach())
+            opt.zero_grad()
+    guard.close()
+    assert 13 in seen[0] and 13 not in seen[1] and len(seen[1]) == 63
+    rows = read_quarantine(folder)
+    assert rows[["index", "epoch", "step", "key"]].values.tolist() == [[13, 0, 0, "loss"]]
