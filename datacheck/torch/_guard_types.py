@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig
@@ -53,6 +53,13 @@ class Action(str, enum.Enum):
         return self in (Action.STEP, Action.CLIP, Action.DROP_RANKS)
 
 
+GUARD_LOSS = replace(LOSS, min_readings=LOSS.min_spread)
+"""The loss detector of ``datacheck logs`` judging from its 8th reading on, when the spread
+test joins the ratio test.  Offline a short log must be judged from its first readings; online
+a young run's batches differ by more than 1.5x (a tiny regression skipped 9 of its first 17
+steps and rolled back), and skipping healthy steps costs more than seeing a spike 8 steps late."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GuardConfig:
     """How the guard detects and responds.  Every field has a safe default (README: "Response
@@ -60,9 +67,9 @@ class GuardConfig:
 
     clip_norm: float | None = 1.0
     """Clip the total gradient norm to this; ``None`` turns clipping off (detection stays)."""
-    loss_spike: SpikeConfig = LOSS
+    loss_spike: SpikeConfig = GUARD_LOSS
     """What a loss spike is: the detector ``datacheck logs`` uses, with its defaults (median and
-    MAD over 128 readings, 6 robust sigmas and 1.5x the median)."""
+    MAD over 128 readings, 6 robust sigmas and 1.5x the median), judging from the 8th step."""
     grad_spike: SpikeConfig = GRAD_NORM
     """What a grad-norm spike is (a warning; ``rollback_after`` in a row mean divergence)."""
     rollback_after: int = 3

@@ -37,4 +37,4 @@ def clean_loss(weight: torch.Tensor, bias: torch.Tensor) -> float:
     return float(((pred - ds.y[keep]) ** 2).mean())
 
 
-GUARD_OPTIONS = {"clip_norm": 10.0, "warmup": 5, "checkpoint_every": 5}
+GUARD_OPTIONS = {"clip_norm": 10.0, "checkpoint_every": 5}
