@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from datacheck.checks._spike import LOSS  # noqa: E402
+
 WORLD = 4
 BAD_RANK = 2
 NAN_STEP = 4
@@ -56,7 +58,8 @@ def _bad_batch(rank: int, step: int, mode: str) -> tuple[torch.Tensor, torch.Ten
 OPTIONS = {
     "skip": {"checkpoint_every": 2, "quiet_steps": 2},
     "drop": {"drop_bad_ranks": True},
-    "stop": {"rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0},
+    # the spikes come at steps 4-8: judged from the first reading, as datacheck logs does
+    "stop": {"rollback_after": 1, "max_rollbacks": 1, "checkpoint_every": 0, "loss_spike": LOSS},
     "evidence": {"checkpoint_every": 0},
     "syncfree": {"sync_every": 3, "checkpoint_every": 0},
 }
