@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from datacheck.history._table import Columns, Table, is_eval_key, norm_key, role_of, to_float
+from datacheck.history._table import Columns, Table, norm_key, to_float
 
 __all__ = ["read_csv"]
 
@@ -27,9 +27,5 @@ def read_csv(path: Path, keep: set[str]) -> Table:
             row = {
                 k: num for i, k in wanted if i < len(rec) and (num := to_float(rec[i])) is not None
             }
-            losses = [k for k in row if role_of(k) == "loss"]
-            if losses and all(map(is_eval_key, losses)):
-                table.eval.add(row)
-            elif any(role_of(k) != "step" for k in row):
-                table.train.add(row)
+            table.add_row(row)
     return table

@@ -13,7 +13,7 @@ from typing import Any
 
 from datacheck.errors import InputError
 from datacheck.history._jsonl import flatten
-from datacheck.history._table import Columns, Table, is_eval_key, norm_key, role_of, to_float
+from datacheck.history._table import Columns, Table, norm_key, to_float
 
 __all__ = ["is_trainer_state", "read_trainer_state"]
 
@@ -45,9 +45,5 @@ def read_trainer_state(path: Path, keep: set[str]) -> Table:
             for key, value in flatten(rec).items()
             if table.train.wanted(k := norm_key(key)) and (num := to_float(value)) is not None
         }
-        losses = [k for k in row if role_of(k) == "loss"]
-        if losses and all(map(is_eval_key, losses)):
-            table.eval.add(row)
-        elif any(role_of(k) != "step" for k in row):
-            table.train.add(row)
+        table.add_row(row)
     return table

@@ -17,7 +17,7 @@ from typing import Any
 
 from datacheck._jsonl import iter_records
 from datacheck.errors import InputError
-from datacheck.history._table import Columns, Table, is_eval_key, norm_key, role_of, to_float
+from datacheck.history._table import Columns, Table, norm_key, to_float
 
 __all__ = ["flatten", "read_jsonl"]
 
@@ -71,9 +71,5 @@ def read_jsonl(path: Path, keep: set[str]) -> Table:
         elif rec.get("kind") == "step" and to_float(rec.get("step")) in skipped:
             rec = {**rec, "action": "data_skip"}
         row = _numbers(rec, table.train)
-        losses = [k for k in row if role_of(k) == "loss"]
-        if losses and all(map(is_eval_key, losses)):
-            table.eval.add(row)
-        elif any(role_of(k) != "step" for k in row):
-            table.train.add(row)
+        table.add_row(row)
     return table

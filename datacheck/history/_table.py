@@ -151,3 +151,12 @@ class Table:
     notes: list[str] = field(default_factory=list)
     counter: str | None = None
     """The step key when the format fixes it (TensorBoard, trainer_state.json)."""
+
+    def add_row(self, row: dict[str, float]) -> None:
+        """A row whose losses are all evaluation losses is an eval row; any other row with
+        something besides a step counter is a training row; a bare counter is dropped."""
+        losses = [k for k in row if role_of(k) == "loss"]
+        if losses and all(map(is_eval_key, losses)):
+            self.eval.add(row)
+        elif any(role_of(k) != "step" for k in row):
+            self.train.add(row)
