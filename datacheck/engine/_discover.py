@@ -59,11 +59,9 @@ def _dataset_metadata(path: str) -> bool:
     """A dataset folder's own metadata (HF ``state.json``, MDS ``index.json``): its data files'
     reader uses it; it is not data itself."""
     from datacheck.formats._hf import is_hf_metadata
+    from datacheck.formats._mds import is_mds_index
 
-    folder, name = os.path.split(path)
-    if name == "index.json":
-        return any(n.endswith(".mds") for n in os.listdir(folder or "."))
-    return name.endswith(".json") and is_hf_metadata(path)
+    return path.endswith(".json") and (is_mds_index(path) or is_hf_metadata(path))
 
 
 def _is_data(path: str) -> bool:

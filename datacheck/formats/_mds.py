@@ -8,8 +8,8 @@ the index names them.  Checked: the index's byte count and hashes of the shard (
 of the file, and every sample's column sizes (any of these wrong -> ``corrupt``).  Decoded:
 float scalars and fixed-shape ``ndarray:<dtype>:<shape>`` columns (NaN/Inf at the sample's
 row), ``jpeg``/``png`` columns (fully decoded; one that does not decode is ``corrupt`` at the
-sample's row).  ``pkl`` columns are never unpickled.  Compressed shards (``.mds.zstd``) are not
-read (listed as unknown).
+sample's row).  ``pkl`` columns are never unpickled.  Compressed shards (``.mds.zstd``,
+``.mds.gz``, ...) are decompressed first, bounded and hash-checked (:mod:`._mds_zip`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, register
 from datacheck.formats._image import DecodeError, check_image
+from datacheck.formats._mds_zip import CODECS, inflate_shard, shard_codec
 from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
 
-__all__ = ["MdsFormat", "mds_index_entry"]
+__all__ = ["MdsFormat", "is_mds_index", "is_shard_name", "mds_index_entry"]
 
 MAX_INDEX_BYTES = 64 << 20
 SAMPLES_PER_CHUNK = 1024
@@ -40,10 +41,23 @@ _SCALARS = {
     **{n: np.dtype(n).newbyteorder("<").str for n in ("float16", "float32", "float64")},
 }
 _IMAGES = ("jpeg", "png")
+_EXTENSIONS = (".mds", *(f".mds.{codec}" for codec in CODECS))
+
+
+def is_shard_name(name: str) -> bool:
+    """An MDS shard's file name, compressed or not (``shard.00000.mds``, ``....mds.zstd``)."""
+    return name.endswith(_EXTENSIONS)
+
+
+def is_mds_index(path: str) -> bool:
+    """The ``index.json`` beside MDS shards: the shards' reader uses it; it is not data."""
+    folder, name = os.path.split(path)
+    return name == "index.json" and any(map(is_shard_name, os.listdir(folder or ".")))
 
 
 def mds_index_entry(shard_path: str) -> dict[str, Any] | None:
-    """The ``index.json`` entry of a shard (None when there is no index or no entry)."""
+    """The ``index.json`` entry of a shard, found by its ``raw_data`` or (compressed)
+    ``zip_data`` basename (None when there is no index or no entry)."""
     index = os.path.join(os.path.dirname(shard_path), "index.json")
     if not os.path.isfile(index) or os.path.getsize(index) > MAX_INDEX_BYTES:
         return None
@@ -54,9 +68,10 @@ def mds_index_entry(shard_path: str) -> dict[str, Any] | None:
         return None
     name = os.path.basename(shard_path)
     for shard in doc.get("shards", []) if isinstance(doc, dict) else []:
-        raw = shard.get("raw_data") if isinstance(shard, dict) else None
-        if isinstance(raw, dict) and raw.get("basename") == name:
-            return shard
+        for key in ("raw_data", "zip_data"):
+            data = shard.get(key) if isinstance(shard, dict) else None
+            if isinstance(data, dict) and data.get("basename") == name:
+                return shard
     return None
 
 
@@ -159,14 +174,18 @@ def _samples(
 
 class MdsFormat(Format):
     name = "mds"
-    extensions = (".mds",)
+    extensions = _EXTENSIONS
     tabular = False
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         entry = mds_index_entry(unit.path)
-        mf = MappedFile(unit.path)
-        if entry is not None:
-            _check_hashes(mf, entry.get("raw_data") or {})
+        codec = shard_codec(unit.path, entry)
+        if codec is not None:
+            mf = inflate_shard(unit.path, codec, entry)  # sizes and hashes checked on the way
+        else:
+            mf = MappedFile(unit.path)
+            if entry is not None:
+                _check_hashes(mf, entry.get("raw_data") or {})
         offsets = _offsets(mf, (entry or {}).get("samples"))
         cols = _Columns(entry) if entry is not None else None
         columns = dict(zip(cols.names, map(str, cols.encodings), strict=True)) if cols else {}

@@ -167,6 +167,15 @@ class MappedFile:
             self.size = fh.tell()
             self.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if self.size else None
 
+    @classmethod
+    def of_file(cls, fh: Any) -> MappedFile:
+        """A map of an open file (which may be closed, even unlinked, afterwards)."""
+        mf = cls.__new__(cls)
+        fh.seek(0, io.SEEK_END)
+        mf.size = fh.tell()
+        mf.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if mf.size else None
+        return mf
+
     def bytes(self, offset: int, length: int) -> bytes:
         self._check(offset, length)
         return self.mm[offset : offset + length] if self.mm is not None else b""

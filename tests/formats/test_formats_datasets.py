@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from pathlib import Path
@@ -10,16 +9,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from PIL import Image
+from _mediakit import write_hf_split, write_mds
 
 import datacheck
-
-
-def jpeg(seed: int = 0) -> bytes:
-    buf = io.BytesIO()
-    rng = np.random.default_rng(seed)
-    Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(buf, "JPEG")
-    return buf.getvalue()
 
 
 def scan(path: Path) -> datacheck.Report:
@@ -34,42 +26,6 @@ def sites(report: datacheck.Report) -> set[tuple[str, int, str, str]]:
 
 
 # --- Hugging Face save_to_disk ------------------------------------------------------------
-
-FEATURES = {
-    "image": {"_type": "Image"},
-    "label": {"dtype": "int64", "_type": "Value"},
-    "x": {"dtype": "float32", "_type": "Value"},
-}
-
-
-def write_hf_split(folder: Path, n: int = 10, files: int = 2) -> Path:
-    """A split as ``Dataset.save_to_disk`` writes it: Arrow streams + state/info JSON."""
-    folder.mkdir(parents=True)
-    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    meta = {b"huggingface": json.dumps({"info": {"features": FEATURES}}).encode()}
-    schema = pa.schema(
-        [("image", image_type), ("label", pa.int64()), ("x", pa.float32())], metadata=meta
-    )
-    names = []
-    for k in range(files):
-        good = jpeg(k)
-        images = [{"bytes": good, "path": None} for _ in range(n)]
-        x = np.linspace(0, 1, n, dtype=np.float32)
-        if k == 1:
-            images[3] = {"bytes": good[: len(good) // 2], "path": None}  # truncated JPEG
-            images[5] = {"bytes": None, "path": "missing.jpg"}
-            x[7] = np.nan
-        table = pa.table(
-            [pa.array(images, image_type), pa.array(range(n)), pa.array(x)], schema=schema
-        )
-        name = f"data-{k:05d}-of-{files:05d}.arrow"
-        with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
-            w.write_table(table, max_chunksize=4)
-        names.append(name)
-    state = {"_data_files": [{"filename": n} for n in names], "_split": folder.name}
-    (folder / "state.json").write_text(json.dumps(state, indent=2))
-    (folder / "dataset_info.json").write_text(json.dumps({"features": FEATURES}, indent=2))
-    return folder
 
 
 def test_hf_dataset_dict_with_a_broken_image(tmp_path: Path) -> None:
@@ -100,41 +56,6 @@ def test_hf_dataset_dict_with_a_broken_image(tmp_path: Path) -> None:
 
 
 # --- MosaicML Streaming (MDS) ---------------------------------------------------------------
-
-
-def write_mds(folder: Path, n: int = 20) -> Path:
-    """One shard + index.json laid out as streaming's MDSWriter writes them."""
-    folder.mkdir(parents=True)
-    names = ["image", "label", "score"]  # MDSWriter sorts column names
-    encodings = ["jpeg", "int", "float32"]
-    sizes = [None, 8, 4]
-    samples = []
-    for i in range(n):
-        img = jpeg(i % 3)
-        score = np.float32(np.nan if i == 11 else i / 2)
-        head = np.array([len(img)], np.uint32).tobytes()
-        samples.append(head + img + np.int64(i).tobytes() + score.tobytes())
-    offsets = np.array([0, *map(len, samples)]).cumsum().astype(np.uint32)
-    offsets += 4 + 4 * (n + 1)
-    data = np.uint32(n).tobytes() + offsets.tobytes() + b"".join(samples)
-    (folder / "shard.00000.mds").write_bytes(data)
-    raw = {"basename": "shard.00000.mds", "bytes": len(data), "hashes": {}}
-    shard = {
-        "column_encodings": encodings,
-        "column_names": names,
-        "column_sizes": sizes,
-        "compression": None,
-        "format": "mds",
-        "hashes": ["sha1"],
-        "raw_data": raw,
-        "samples": n,
-        "size_limit": 1 << 26,
-        "version": 2,
-        "zip_data": None,
-    }
-    raw["hashes"] = {"sha1": hashlib.sha1(data).hexdigest()}
-    (folder / "index.json").write_text(json.dumps({"shards": [shard], "version": 2}))
-    return folder
 
 
 def test_mds_shard_checked(tmp_path: Path) -> None:

@@ -1,0 +1,177 @@
+"""Compressed MDS shards (``shard.NNNNN.mds.zstd``, ``.gz``, ``.bz2``, ``.br``, ``.snappy``).
+
+MosaicML Streaming compresses a whole shard when its writer is given ``compression`` (e.g.
+``"zstd:7"``): only the compressed file is written, and its ``index.json`` entry says
+``compression``, ``zip_data`` (basename, bytes and hashes of the compressed file) and
+``raw_data`` (the same of the shard before compression).
+
+Decompression is streamed and bounded: the output goes to an anonymous temporary file (then
+memory-mapped like an uncompressed shard), never above the ``raw_data`` byte count of the
+index (:data:`MAX_UNINDEXED_BYTES` without one) whatever the compressed stream's own header
+claims, so a decompression bomb stops at the cap and is ``corrupt``.  The hashes of both
+``zip_data`` and ``raw_data`` are checked (the compressed file's first, so a damaged file is named by its
+hash).  zstd needs the ``zstandard``
+package (the ``media`` extra); gz and bz2 come with Python; brotli and snappy shards are not
+read (a ``corrupt`` finding says so): they are never silently skipped.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import hashlib
+import os
+import tempfile
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+from datacheck.formats._tensor_common import MappedFile, TensorFileError
+
+__all__ = ["CODECS", "MAX_UNINDEXED_BYTES", "inflate_shard", "shard_codec"]
+
+CODECS = ("zstd", "gz", "bz2", "br", "snappy")
+"""Streaming's compression families, by the file extension each adds."""
+MAX_UNINDEXED_BYTES = 4 << 30
+"""Cap on a compressed shard's decompressed size when no ``index.json`` entry says it."""
+_READ = 1 << 20
+_ZSTD_PIECE = 1 << 10
+"""Compressed bytes fed to zstd at a time: one piece inflates to at most ~32 MiB (RLE
+blocks), so no single step can allocate a bomb's worth of output before the cap is checked."""
+
+
+class _Digests:
+    """The hashes an index entry lists (hashlib's; xxh* are not checked), fed as bytes pass."""
+
+    def __init__(self, what: str, spec: Mapping[str, Any]) -> None:
+        self.what = what
+        hashes = spec.get("hashes") or {}
+        self.want = {
+            algo: value
+            for algo, value in hashes.items()
+            if algo in hashlib.algorithms_available and isinstance(value, str)
+        }
+        self.hashers = {algo: hashlib.new(algo) for algo in self.want}
+
+    def update(self, data: bytes) -> None:
+        for h in self.hashers.values():
+            h.update(data)
+
+    def verify(self) -> None:
+        for algo, h in self.hashers.items():
+            if (got := h.hexdigest()) != self.want[algo]:
+                raise TensorFileError(
+                    f"{algo} of the {self.what} is {got}, index.json says {self.want[algo]}"
+                )
+
+
+def shard_codec(path: str, entry: Mapping[str, Any] | None) -> str | None:
+    """The codec of a shard (None: not compressed), by index entry and extension.
+
+    Raises:
+        TensorFileError: the index and the file name disagree.
+    """
+    ext = path.rsplit(".", 1)[-1].lower()
+    by_name = ext if ext in CODECS else None
+    declared = (entry or {}).get("compression")
+    if not isinstance(declared, str) or not declared:
+        return by_name
+    family = declared.split(":", 1)[0].lower()
+    if family != by_name:
+        raise TensorFileError(
+            f"index.json says compression {declared!r}, the file name says "
+            f"{by_name or 'uncompressed'}: the index does not describe this file"
+        )
+    return family
+
+
+def _zstd_chunks(src: IO[bytes]) -> Iterator[bytes]:
+    try:
+        import zstandard
+    except ModuleNotFoundError:
+        raise TensorFileError(
+            "zstd-compressed shard: reading it needs the zstandard package: "
+            "pip install 'datacheck-ml[media]'"
+        ) from None
+    pending = b""
+    while True:
+        dec = zstandard.ZstdDecompressor().decompressobj()
+        while not dec.eof:
+            if not pending and not (pending := src.read(_READ)):
+                raise TensorFileError("zstd stream ends mid-frame: the shard is truncated")
+            piece, pending = pending[:_ZSTD_PIECE], pending[_ZSTD_PIECE:]
+            try:
+                if out := dec.decompress(piece):
+                    yield out
+            except zstandard.ZstdError as exc:
+                raise TensorFileError(f"zstd: {exc}") from None
+        pending = dec.unused_data + pending
+        if not pending and not (pending := src.read(_READ)):
+            return  # end of input after a whole frame; more bytes would be another frame
+
+
+def _stdlib_chunks(codec: str, src: IO[bytes]) -> Iterator[bytes]:
+    try:
+        with gzip.GzipFile(fileobj=src) if codec == "gz" else bz2.BZ2File(src) as fh:
+            while out := fh.read(_READ):  # read(n) inflates at most n bytes
+                yield out
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        raise TensorFileError(f"{codec}: {exc or type(exc).__name__}") from None
+
+
+def _chunks(codec: str, src: IO[bytes]) -> Iterator[bytes]:
+    if codec == "zstd":
+        return _zstd_chunks(src)
+    if codec in ("gz", "bz2"):
+        return _stdlib_chunks(codec, src)
+    name = {"br": "brotli", "snappy": "snappy"}[codec]
+    raise TensorFileError(
+        f"{name}-compressed MDS shard: not read by datacheck (zstd, gz and bz2 are); "
+        "recompress it with one of those to have it checked"
+    )
+
+
+def _limit(raw: Mapping[str, Any]) -> tuple[int, bool]:
+    """The most bytes the shard may inflate to, and whether the index says exactly that."""
+    size = raw.get("bytes")
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+        return size, True
+    return MAX_UNINDEXED_BYTES, False
+
+
+def inflate_shard(path: str, codec: str, entry: Mapping[str, Any] | None) -> MappedFile:
+    """Decompress a shard into a memory-mapped temporary file, bounded and hash-checked.
+
+    Raises:
+        TensorFileError: sizes or hashes differ from the index, the stream is damaged or
+            truncated, it inflates past the cap, or its codec cannot be read here.
+    """
+    zip_spec = (entry or {}).get("zip_data") or {}
+    raw_spec = (entry or {}).get("raw_data") or {}
+    size = os.path.getsize(path)
+    if isinstance(zip_spec.get("bytes"), int) and zip_spec["bytes"] != size:
+        raise TensorFileError(f"index.json says {zip_spec['bytes']} bytes, the file holds {size}")
+    limit, exact = _limit(raw_spec)
+    zipped, raw = _Digests("compressed shard", zip_spec), _Digests("decompressed shard", raw_spec)
+    if zipped.want:  # first, so a damaged file is named by its hash, not by a decoder error
+        with open(path, "rb") as fh:
+            while data := fh.read(_READ):
+                zipped.update(data)
+        zipped.verify()
+    with open(path, "rb") as fh, tempfile.TemporaryFile(prefix="datacheck-mds-") as out:
+        total = 0
+        for chunk in _chunks(codec, fh):
+            total += len(chunk)
+            if total > limit:
+                said = f"index.json says {limit}" if exact else f"the cap is {limit}"
+                raise TensorFileError(
+                    f"{codec}: inflates past {limit} bytes ({said}): a decompression bomb or a "
+                    "damaged shard; not read further"
+                )
+            raw.update(chunk)
+            out.write(chunk)
+        if exact and total != limit:
+            raise TensorFileError(f"{codec}: inflates to {total} bytes, index.json says {limit}")
+        raw.verify()
+        out.flush()
+        return MappedFile.of_file(out)

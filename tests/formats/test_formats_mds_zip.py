@@ -1,0 +1,157 @@
+"""Compressed MDS shards (``shard.NNNNN.mds.zstd``, ``.gz``, ``.bz2``), as MosaicML Streaming
+writes them with ``compression`` set: decompressed bounded, hash-checked, then read as usual."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _mediakit import compress, mds_shard_bytes, write_mds
+
+import datacheck
+from datacheck.formats import WorkUnit, get_format
+from datacheck.formats._tensor_common import TensorFileError
+
+CODECS = ["zstd:7", "gz", "bz2"]
+
+
+def scan(path: Path) -> datacheck.Report:
+    return datacheck.scan(str(path), executor="inprocess", workers=1)
+
+
+def only_file(folder: Path) -> dict[str, Any]:
+    (entry,) = scan(folder).data["files"]
+    return entry
+
+
+def edit_index(folder: Path, **changes: Any) -> None:
+    index = json.loads((folder / "index.json").read_text())
+    shard = index["shards"][0]
+    for key, value in changes.items():
+        part, _, field = key.partition("__")
+        if field:
+            shard[part][field] = value
+        else:
+            shard[part] = value
+    (folder / "index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_compressed_shard_read_like_a_plain_one(compression: str, tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression=compression)
+    codec = compression.split(":")[0]
+    report = scan(folder)
+    (entry,) = report.data["files"]
+    assert Path(entry["path"]).name == f"shard.00000.mds.{codec}"
+    assert entry["format"] == "mds" and entry["rows"] == 20 and entry["status"] != "corrupt"
+    assert [Path(p).name for p in report.data["ignored"]] == ["index.json"]
+    f = report.findings
+    assert {(int(r.row), r.column, r.check) for r in f.itertuples()} == {(11, "score", "nan")}
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_flipped_byte_named_by_the_compressed_hash(compression: str, tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression=compression, hashes=("md5", "sha1"))
+    (shard,) = folder.glob("shard.*")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt"
+    assert "md5 of the compressed shard" in entry["error"], entry["error"]
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_flipped_byte_without_hashes_is_corrupt(compression: str, tmp_path: Path) -> None:
+    """Without index hashes the stream's own check finds it: gzip's CRC-32, bzip2's block CRC,
+    a zstd frame's checksum when it has one (streaming's frames have none: there a flipped
+    byte shows only in the sample it lands in)."""
+    codec = compression.split(":")[0]
+    folder = write_mds(tmp_path / "mds", compression=compression, hashes=())
+    (shard,) = folder.glob("shard.*")
+    data = bytearray(compress(codec, mds_shard_bytes(), checksum=True))
+    data[len(data) // 3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    edit_index(folder, zip_data__bytes=len(data))
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt", entry
+    assert entry["error"].startswith(f"TensorFileError: {codec}: "), entry["error"]
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_truncated_compressed_shard(compression: str, tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression=compression, hashes=())
+    (shard,) = folder.glob("shard.*")
+    shard.write_bytes(shard.read_bytes()[:-40])
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt" and "the file holds" in entry["error"]
+    edit_index(folder, zip_data__bytes=None)  # no size to compare: the decoder must notice
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt", entry
+    assert compression.split(":")[0] in entry["error"], entry["error"]
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gz"])
+def test_decompression_bomb_stops_at_the_index_size(compression: str, tmp_path: Path) -> None:
+    # 64 MiB of zeros after a real shard, compressed to a few KiB; the index says 4,000 bytes
+    folder = write_mds(
+        tmp_path / "mds", compression=compression, hashes=(), data=mds_shard_bytes(4)
+    )
+    (shard,) = folder.glob("shard.*")
+    shard.write_bytes(compress(compression, mds_shard_bytes(4) + bytes(64 << 20)))
+    edit_index(folder, raw_data__bytes=4000, zip_data__bytes=shard.stat().st_size)
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt"
+    assert "inflates past 4000 bytes" in entry["error"] and "bomb" in entry["error"]
+
+
+def test_shorter_than_the_index_says(tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression="zstd", hashes=())
+    edit_index(folder, raw_data__bytes=10**6)
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt" and "index.json says 1000000" in entry["error"]
+
+
+def test_raw_hash_checked_after_decompression(tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression="gz", hashes=("sha256",))
+    edit_index(folder, zip_data__hashes={}, raw_data__hashes={"sha256": "0" * 64})
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt"
+    assert "sha256 of the decompressed shard" in entry["error"]
+
+
+def test_without_index_still_read(tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression="bz2")
+    (folder / "index.json").unlink()
+    entry = only_file(folder)
+    assert entry["status"] != "corrupt" and entry["rows"] == 20
+
+
+def test_index_and_file_name_disagree(tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression="zstd")
+    edit_index(folder, compression="gz:9")
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt" and "compression 'gz:9'" in entry["error"]
+
+
+@pytest.mark.parametrize("codec", ["br", "snappy"])
+def test_unread_codec_is_corrupt_never_skipped(codec: str, tmp_path: Path) -> None:
+    folder = write_mds(tmp_path / "mds", compression="gz")
+    (folder / "shard.00000.mds.gz").rename(folder / f"shard.00000.mds.{codec}")
+    edit_index(folder, compression=codec, zip_data__basename=f"shard.00000.mds.{codec}")
+    entry = only_file(folder)
+    assert entry["status"] == "corrupt" and "not read by datacheck" in entry["error"]
+
+
+def test_zstd_without_its_package_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = write_mds(tmp_path / "mds", compression="zstd")
+    path = str(folder / "shard.00000.mds.zstd")
+    fmt = get_format("mds")
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as if not installed
+    with pytest.raises(TensorFileError, match=r"pip install 'datacheck-ml\[media\]'"):
+        fmt.open(WorkUnit(path, "mds", 0, 0.0), {})
