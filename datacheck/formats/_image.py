@@ -3,12 +3,16 @@
 A truncated JPEG passes a header check and ``Image.verify()``: only a full decode (``load()``)
 finds it, so every image is decoded, the way a DataLoader worker would.  PNGs are also verified
 first, since Pillow's decoder does not check the chunk CRCs.  An image that does not decode is
-a ``corrupt`` file (the decoder's one-line reason, no traceback).
+a ``corrupt`` file (the decoder's one-line reason, no traceback).  Every frame of an animation
+(GIF, multi-page TIFF, animated WebP, APNG) is decoded, one at a time: a damaged later frame is
+as ``corrupt`` as a damaged first one.
 
 The schema's ``images:`` rules (:mod:`datacheck.schema._media`) are checked from the header
 before any pixel is decoded: ``max_pixels`` (on by default) refuses decompression bombs without
-allocating them; ``mode`` and ``min_size``/``max_size`` are ``schema`` findings; ``constant``
-warns about blank frames.  :func:`check_image` is shared with the containers that hold images
+allocating them, frame by frame, and ``max_total_pixels`` (4 x ``max_pixels`` by default)
+bounds all frames together, from the frame count before any frame is decoded (a frame-count
+bomb); ``mode`` and ``min_size``/``max_size`` are ``schema`` findings; ``constant`` warns about
+blank frames.  :func:`check_image` is shared with the containers that hold images
 (tar shards, Hugging Face folders, MDS, TFRecord).  Pillow is imported only when an image is
 read (the ``media`` extra).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import struct
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -79,9 +84,16 @@ def check_image(data: bytes, rules: ImageRules) -> list[Problem]:
     try:
         with _own_bomb_guard(image):
             return _decode(image, data, rules)
-    except (OSError, SyntaxError, ValueError, EOFError, MemoryError) as exc:
-        # MemoryError too: a header small enough to pass the guard can still ask for a lot
+    except _DECODE_ERRORS as exc:
         raise DecodeError(_reason(exc)) from None
+
+
+_DECODE_ERRORS = (
+    *(OSError, SyntaxError, ValueError, EOFError, struct.error),
+    # what Pillow's plugins raise on damaged frame tables (GIF, TIFF pages), and MemoryError:
+    # a header small enough to pass the guard can still ask for a lot
+    *(IndexError, KeyError, TypeError, MemoryError),
+)
 
 
 @contextlib.contextmanager
@@ -91,7 +103,7 @@ def _own_bomb_guard(image: Any) -> Iterator[None]:
     image.MAX_IMAGE_PIXELS = None
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", image.DecompressionBombWarning)
+            warnings.simplefilter("ignore")  # Pillow warns of what it tolerates (bad EXIF, ...)
             yield
     finally:
         image.MAX_IMAGE_PIXELS = limit
@@ -107,13 +119,46 @@ def _decode(image: Any, data: bytes, rules: ImageRules) -> list[Problem]:
             im.verify()
             im.close()
             im = image.open(io.BytesIO(data))  # verify() leaves the image unusable
+        if (bomb := _frames_bomb(im, rules)) is not None:
+            return [Problem("schema", Severity.ERROR, bomb)]
         im.load()  # the full decode: a truncated file fails only here
         out = [Problem("schema", Severity.ERROR, problem)] if problem else []
         if rules.constant and _constant(im):
             out.append(Problem("constant", Severity.WARNING, "every pixel has one value"))
+        if (bomb := _later_frames(im, rules)) is not None:
+            out.append(Problem("schema", Severity.ERROR, bomb))
         return out
     finally:
         im.close()
+
+
+def _frames_bomb(im: Any, rules: ImageRules) -> str | None:
+    """The frame-count bomb guard, before any frame is decoded (the first frame's size for
+    all; Pillow counts frames from the headers, without decoding)."""
+    frames = int(getattr(im, "n_frames", 1))
+    w, h = im.size
+    return rules.frames_bomb(frames, frames * w * h) if frames > 1 else None
+
+
+def _later_frames(im: Any, rules: ImageRules) -> str | None:
+    """Decode every frame after the first, one at a time; why the rest is refused, or None.
+
+    Each frame is held to ``max_pixels`` and all together to the frame budget again as they
+    come (a TIFF's pages each have their own size)."""
+    frames = int(getattr(im, "n_frames", 1))
+    total = im.size[0] * im.size[1]
+    for i in range(1, frames):
+        try:
+            im.seek(i)
+            if (bomb := rules.bomb(im.size)) is not None:
+                return f"frame {i}: {bomb}"
+            total += im.size[0] * im.size[1]
+            if (bomb := rules.frames_bomb(i + 1, total)) is not None:
+                return f"frame {i}: {bomb}"
+            im.load()
+        except _DECODE_ERRORS as exc:
+            raise DecodeError(f"frame {i} of {frames}: {_reason(exc)}") from None
+    return None
 
 
 def _constant(im: Any) -> bool:

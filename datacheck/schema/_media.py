@@ -8,6 +8,9 @@ They sit beside pandera's ``columns:`` (pandera never sees them)::
       max_size: [4096, 4096]    # larger -> schema (error)
       max_pixels: 89478485      # decompression-bomb guard, checked from the header before
                                 # decoding (default: Pillow's limit); more -> schema, not decoded
+      max_total_pixels: 357913940  # all frames of an animation (GIF, TIFF pages, WebP, APNG)
+                                # together (default: 4 x max_pixels), from the frame count
+                                # before any frame is decoded; more -> schema, not decoded
       constant: true            # every pixel one value (a blank frame) -> constant (warning)
     tokens:
       vocab_size: 50257         # an id outside [0, vocab_size) -> out_of_range (error)
@@ -34,19 +37,23 @@ __all__ = [
     "ImageRules",
     "MediaSchema",
     "TOKEN_DTYPES",
+    "TOTAL_PIXELS_FACTOR",
     "TokenRules",
     "parse_media_sections",
 ]
 
 DEFAULT_MAX_PIXELS = 89_478_485
 """Pillow's own ``Image.MAX_IMAGE_PIXELS`` (about 0.25 GiB of 24-bit pixels)."""
+TOTAL_PIXELS_FACTOR = 4
+"""The default budget of an animation's frames together, in units of ``max_pixels``: one frame
+is decoded at a time, so this bounds time (about a second of decoding), not memory."""
 IMAGE_MODES = (
     *("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB"),
     *("HSV", "I", "F", "I;16", "I;16B", "I;16L"),
 )
 """Pillow's image modes."""
 TOKEN_DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "int64")
-_IMAGE_KEYS = ("constant", "max_pixels", "max_size", "min_size", "mode")
+_IMAGE_KEYS = ("constant", "max_pixels", "max_size", "min_size", "mode", "max_total_pixels")
 _TOKEN_KEYS = ("dtype", "empty", "vocab_size")
 SECTIONS = ("images", "tokens")
 """Top-level schema keys this module reads."""
@@ -65,7 +72,27 @@ class ImageRules:
     max_pixels: int | None = DEFAULT_MAX_PIXELS
     """Images with more pixels are refused before decoding (None: no limit)."""
     constant: bool = False
-    """Warn about images whose every pixel has one value."""
+    """Warn about images whose every pixel has one value (the first frame of an animation)."""
+    max_total_pixels: int | None = None
+    """Pixels of all frames of an animation together; None: ``TOTAL_PIXELS_FACTOR`` x
+    ``max_pixels`` (no limit when ``max_pixels`` is None)."""
+
+    @property
+    def frame_budget(self) -> int | None:
+        """The most pixels decoded for one file, all frames together (None: no limit)."""
+        if self.max_total_pixels is not None:
+            return self.max_total_pixels
+        return None if self.max_pixels is None else TOTAL_PIXELS_FACTOR * self.max_pixels
+
+    def frames_bomb(self, frames: int, pixels: int) -> str | None:
+        """Why ``frames`` frames of ``pixels`` pixels in all must not be decoded (or None)."""
+        budget = self.frame_budget
+        if budget is not None and pixels > budget:
+            return (
+                f"{frames} frames, {pixels} pixels in all, above max_total_pixels {budget} "
+                "(frame-count bomb guard): not decoded"
+            )
+        return None
 
     def bomb(self, size: tuple[int, int]) -> str | None:
         """Why an image of this size must not be decoded (None when it may be)."""
@@ -151,7 +178,10 @@ def _parse_images(section: Any, at: str) -> ImageRules:
     if max_pixels is not None:
         max_pixels = _positive_int(max_pixels, f"{at}: max_pixels")
     size = {k: _size(section[k], f"{at}: {k}") if k in section else None for k in _IMAGE_KEYS[2:4]}
-    return ImageRules(modes, size["min_size"], size["max_size"], max_pixels, constant)
+    total = section.get("max_total_pixels")
+    if total is not None:
+        total = _positive_int(total, f"{at}: max_total_pixels")
+    return ImageRules(modes, size["min_size"], size["max_size"], max_pixels, constant, total)
 
 
 def _parse_tokens(section: Any, at: str) -> TokenRules:
