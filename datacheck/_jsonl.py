@@ -46,17 +46,17 @@ def iter_records(
         InputError: a line other than the last is not a JSON object (unless ``skip_bad``).
         OSError: the file cannot be read.
     """
+    bad: tuple[int, str] | None = None  # raised once another line follows: not the last
     with open(path, encoding="utf-8", errors="replace") as fh:
-        lines = fh.read().split("\n")
-    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        rec, error = _parse(line)
-        if rec is not None:
-            yield n, rec
-        elif n != last and not skip_bad:  # the last line torn by a crash is simply dropped
-            raise InputError(f"'{os.fspath(path)}', line {n}: not JSON ({error})")
+        for n, line in enumerate(fh, 1):  # streamed: the file is never held whole
+            if not line.strip():
+                continue
+            if bad is not None and not skip_bad:
+                raise InputError(f"'{os.fspath(path)}', line {bad[0]}: not JSON ({bad[1]})")
+            rec, error = _parse(line)
+            bad = None if rec is not None else (n, error)
+            if rec is not None:
+                yield n, rec
 
 
 def read_records(path: str | os.PathLike[str], *, skip_bad: bool = False) -> list[dict[str, Any]]:

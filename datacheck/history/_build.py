@@ -1,4 +1,8 @@
-"""From a reader's table to a :class:`History`: steps, the chosen series, events with steps."""
+"""From a reader's table to a :class:`History`: steps, the chosen series, events with steps.
+
+The series are arrays of 8-byte floats (:mod:`datacheck.history._series`), so a history of a
+1 GB log takes tens of bytes a reading, not the ~150 of Python lists of float objects.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 from datacheck.errors import InputError
 from datacheck.history._keys import Keys, Overrides, choose_keys, eval_loss_key, step_key
+from datacheck.history._series import Floats, Series
 from datacheck.history._table import MISSING, Columns, Table, norm_key, role_of
 
 __all__ = ["History", "build"]
@@ -21,10 +26,11 @@ class History:
 
     source: str
     format: str
-    steps: list[float] = field(default_factory=list)
-    loss: list[float | None] = field(default_factory=list)
-    grad_norm: list[float | None] = field(default_factory=list)
-    lr: list[float | None] = field(default_factory=list)
+    steps: Floats = field(default_factory=Floats)
+    """Sorted, one per step (the first reading of a step wins)."""
+    loss: Series = field(default_factory=Series)
+    grad_norm: Series = field(default_factory=Series)
+    lr: Series = field(default_factory=Series)
     keys: dict[str, str | None] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     """Guard events and signals found in the log (``checkpoint``, ``overflow``, ``nonfinite``),
@@ -58,25 +64,42 @@ def _steps(cols: Columns, key: str | None) -> array[float]:
     return out
 
 
-def _put(hist: History, step: float, values: tuple[float | None, ...]) -> None:
-    """Add one row's values at ``step``: the first value of a step wins, steps stay sorted."""
-    series = (hist.loss, hist.grad_norm, hist.lr)
-    at = len(hist.steps) - 1
-    if at < 0 or step > hist.steps[at]:
-        hist.steps.append(step)
+def _distinct(values: array[float]) -> int:
+    """How many distinct values (each NaN counts apart, as in a set of floats)."""
+    import numpy as np
+
+    arr = np.frombuffer(values, dtype=np.float64)
+    nan = np.isnan(arr)
+    return int(np.unique(arr[~nan]).size + nan.sum())
+
+
+def _put(hist: History, step: float, values: tuple[float, float, float]) -> None:
+    """Add one row's values (``MISSING`` where it has none) at ``step``: the first value of a
+    step wins, steps stay sorted."""
+    steps = hist.steps.data
+    series = (hist.loss.data, hist.grad_norm.data, hist.lr.data)
+    at = len(steps) - 1
+    if at < 0 or step > steps[at]:
+        steps.append(step)
         for seq, v in zip(series, values, strict=True):
             seq.append(v)
         return
-    if step != hist.steps[at]:  # out of order (a resumed run): rare
-        at = bisect.bisect_left(hist.steps, step)
-        if at == len(hist.steps) or hist.steps[at] != step:
-            hist.steps.insert(at, step)
+    if step != steps[at]:  # out of order (a resumed run): rare
+        at = bisect.bisect_left(steps, step)
+        if at == len(steps) or steps[at] != step:
+            steps.insert(at, step)
             for seq, v in zip(series, values, strict=True):
                 seq.insert(at, v)
             return
     for seq, v in zip(series, values, strict=True):
-        if seq[at] is None:
+        if seq[at] == MISSING:
             seq[at] = v
+
+
+def _raw(cols: Columns, key: str | None) -> array[float]:
+    """The column of ``key`` (all ``MISSING`` when there is none)."""
+    col = cols.cols.get(key) if key is not None else None
+    return col if col is not None else array("d", [MISSING]) * cols.n
 
 
 def _rows(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> list[dict[str, Any]]:
@@ -87,22 +110,20 @@ def _rows(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> list
         for role in ("nan_count", "skipped_count", "scale")
     )
     single = keys.loss[0] if len(keys.loss) == 1 else None
+    loss_col = _raw(cols, single) if single is not None or not keys.loss else None
+    grad_col, lr_col = _raw(cols, keys.grad_norm), _raw(cols, keys.lr)
     cumulative = skipped == "skipped"  # DeepSpeed's "skipped=N" counts since the start
     seen = None
     for i in range(cols.n):
         step = steps[i]
         if step != step:  # NaN: no counter yet
             continue
-        loss = get(single, i) if single is not None else _sum([get(k, i) for k in keys.loss])
-        _put(
-            hist,
-            step,
-            (
-                loss,
-                get(keys.grad_norm, i) if keys.grad_norm else None,
-                get(keys.lr, i) if keys.lr else None,
-            ),
-        )
+        if loss_col is not None:
+            loss = loss_col[i]
+        else:
+            total = _sum([get(k, i) for k in keys.loss])
+            loss = MISSING if total is None else total
+        _put(hist, step, (loss, grad_col[i], lr_col[i]))
         n = get(nans, i) if nans else None
         if n:
             events.append({"kind": "nonfinite", "step": step, "count": n})
@@ -141,7 +162,8 @@ def _without_preamble(table: Table, overrides: Overrides) -> Columns:
         for field_ in ("row", "prev_row"):
             if isinstance(ev.get(field_), int):
                 ev[field_] -= first
-    return cols.tail(first)
+    cols.drop_head(first)
+    return cols
 
 
 def build(table: Table, overrides: Overrides, source: str) -> History:
@@ -151,7 +173,7 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
     if table.counter and not overrides.step:
         keys = Keys(table.counter, keys.loss, keys.grad_norm, keys.lr, keys.eval_loss)
     steps = _steps(table.train, keys.step)
-    coarse = keys.step == "epoch" and len(set(steps)) < 0.9 * len(steps)
+    coarse = keys.step == "epoch" and _distinct(steps) < 0.9 * len(steps)
     if coarse and not overrides.step:
         keys = Keys(None, keys.loss, keys.grad_norm, keys.lr, keys.eval_loss)
         steps = _steps(table.train, None)
@@ -163,8 +185,10 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
     events = _rows(hist, table.train, keys, steps)
     for ev in table.events:
         step = _event_step(ev, steps, keys.step == "epoch")
+        if step is not None:
+            ev["step"] = step  # in place: the table's events are not kept
         if step is not None or ev.get("kind") not in ("checkpoint", "overflow", "nonfinite"):
-            events.append({**ev, "step": step} if step is not None else ev)
+            events.append(ev)
     hist.events = sorted(events, key=lambda e: (e.get("step") is None, e.get("step") or 0))
     _eval(hist, table, keys)
     _check(hist, keys, table, source)

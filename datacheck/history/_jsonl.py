@@ -11,6 +11,7 @@ record at step R drops the earlier records of steps >= R (the resumed run replay
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -47,29 +48,73 @@ def _numbers(rec: dict[str, Any], cols: Columns) -> dict[str, float]:
     return row
 
 
+def _marks(path: Path) -> tuple[int, list[tuple[int, float]], list[tuple[int, float | None]]]:
+    """First pass: the last line number, ``resume`` records and skip records by line number.
+
+    Only lines that can hold one are parsed (a word they must contain, or a JSON escape).
+    """
+    resumes: list[tuple[int, float]] = []
+    skips: list[tuple[int, float | None]] = []
+    last = 0
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for last, line in enumerate(fh, 1):
+            if not ("resume" in line or "skip" in line or "overflow" in line or "\\u" in line):
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a damaged line: the second pass says where
+            if not isinstance(rec, dict):
+                continue
+            if rec.get("kind") == "resume" and (at := to_float(rec.get("step"))) is not None:
+                resumes.append((last, at))
+            if rec.get("kind") in _NOT_MODEL_NUMBERS or rec.get("action") in _NOT_MODEL_NUMBERS:
+                skips.append((last, to_float(rec.get("step"))))
+    return last, resumes, skips
+
+
+class _Replayed:
+    """Whether a record is replaced by a later ``resume`` at a step <= its own (the resumed run
+    replays those steps); asked in line order."""
+
+    def __init__(self, resumes: list[tuple[int, float]]) -> None:
+        self.lines = [n for n, _ in resumes]
+        self.floor: list[float] = []  # the lowest resume step from each resume on
+        low = math.inf
+        for _, at in reversed(resumes):
+            low = min(low, at)
+            self.floor.append(low)
+        self.floor.reverse()
+        self.next = 0
+
+    def __call__(self, line: int, step: float | None) -> bool:
+        while self.next < len(self.lines) and self.lines[self.next] <= line:
+            self.next += 1
+        if self.next == len(self.lines):
+            return False
+        return (step or 0) >= self.floor[self.next]
+
+
 def read_jsonl(path: Path, keep: set[str]) -> Table:
-    """Read JSON Lines; raises InputError naming the line when one in the middle is damaged."""
+    """Read JSON Lines in two streamed passes (resumes and skips first, then the rows); raises
+    InputError naming the line when one in the middle is damaged."""
     table = Table("jsonl", Columns(keep), Columns(keep))
-    records: list[dict[str, Any]] = []
+    last, resumes, skip_marks = _marks(path)
+    replayed = _Replayed(resumes)
+    skip_check = _Replayed(resumes)
+    skipped = {step for n, step in skip_marks if not skip_check(n, step)}
     try:
-        for _, rec in iter_records(path):
-            if rec.get("kind") == "resume" and to_float(rec.get("step")) is not None:
-                at = float(rec["step"])
-                records = [r for r in records if not (to_float(r.get("step")) or 0) >= at]
-            records.append(rec)
+        for n, rec in iter_records(path):
+            if n > last:  # the file grew since the first pass
+                break
+            if replayed(n, to_float(rec.get("step"))):
+                continue
+            if rec.get("kind") not in (None, "step"):
+                table.events.append(rec)
+                table.format = "guard log"
+            elif rec.get("kind") == "step" and to_float(rec.get("step")) in skipped:
+                rec = {**rec, "action": "data_skip"}
+            table.add_row(_numbers(rec, table.train))
     except InputError as exc:
         raise InputError(f"{exc}; is it a text log?") from exc
-    skipped = {
-        to_float(r.get("step"))
-        for r in records
-        if r.get("kind") in _NOT_MODEL_NUMBERS or r.get("action") in _NOT_MODEL_NUMBERS
-    }
-    for rec in records:
-        if rec.get("kind") not in (None, "step"):
-            table.events.append(rec)
-            table.format = "guard log"
-        elif rec.get("kind") == "step" and to_float(rec.get("step")) in skipped:
-            rec = {**rec, "action": "data_skip"}
-        row = _numbers(rec, table.train)
-        table.add_row(row)
     return table

@@ -111,15 +111,15 @@ class Columns:
                     col.append(MISSING)
         return n - 1
 
-    def tail(self, first: int) -> Columns:
-        """The rows from ``first`` on (the same object when ``first`` is 0)."""
+    def drop_head(self, first: int) -> None:
+        """Drop the rows before ``first``, in place (a key left with no value goes)."""
         if first <= 0:
-            return self
-        out = Columns(self.keep)
-        out.n = max(self.n - first, 0)
-        out.cols = {k: col[first:] for k, col in self.cols.items()}
-        out.cols = {k: col for k, col in out.cols.items() if any(v != MISSING for v in col)}
-        return out
+            return
+        for key, col in list(self.cols.items()):
+            del col[:first]
+            if not any(v != MISSING for v in col):
+                del self.cols[key]
+        self.n = max(self.n - first, 0)
 
     def get(self, key: str, i: int) -> float | None:
         """The value of ``key`` in row ``i``, or ``None``."""

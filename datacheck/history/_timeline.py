@@ -11,12 +11,16 @@ raised more than 2x in one reading shortly before is not stable: the LR before t
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig, SpikeDetector, Verdict
 from datacheck.history._build import History
+from datacheck.history._series import Floats
+from datacheck.history._table import MISSING
 
 __all__ = ["SCALE_REPEAT", "Timeline", "analyze"]
 
@@ -156,12 +160,20 @@ def analyze(
     return _conclude(hist, scan, loss_det.level, loss, lookback)
 
 
+def _usual_gap(steps: Floats) -> float:
+    """The median interval between steps (the upper middle one of an even count), or 1."""
+    import numpy as np
+
+    gaps = np.diff(np.frombuffer(steps.data, dtype=np.float64))
+    gaps = gaps[gaps > 0]
+    return float(np.partition(gaps, len(gaps) // 2)[len(gaps) // 2]) if len(gaps) else 1.0
+
+
 def _scale_warning(hist: History) -> tuple[float, str] | None:
     overflows = [
         e for e in hist.events if e.get("kind") == "overflow" and e.get("step") is not None
     ]
-    gaps = [b - a for a, b in zip(hist.steps, hist.steps[1:], strict=False) if b > a]
-    width = 10 * (sorted(gaps)[len(gaps) // 2] if gaps else 1)
+    width = 10 * _usual_gap(hist.steps) if overflows else 10
     window: list[tuple[float, float]] = []
     for ev in overflows:
         step = float(ev["step"])
@@ -284,27 +296,37 @@ def _checkpoints(hist: History) -> list[float]:
     return out
 
 
+def _finite_lrs(hist: History, end: int) -> Iterator[tuple[float, float]]:
+    """``(step, lr)`` of the readings before position ``end`` with a finite LR, last first."""
+    steps, lrs = hist.steps.data, hist.lr.data
+    for i in range(end - 1, -1, -1):
+        lr = lrs[i]
+        if lr != MISSING and math.isfinite(lr):
+            yield steps[i], lr
+
+
 def _restart(hist: History, found: dict[str, Any], first_sign: float, lookback: int) -> None:
-    before = [i for i, s in enumerate(hist.steps) if s < first_sign]
+    steps = hist.steps.data  # sorted, one per step
+    before = bisect.bisect_left(steps, first_sign)
     good = [c for c in _checkpoints(hist) if c < first_sign]
     if not before and not good:
         return
-    restart = max(good) if good else hist.steps[before[-1]]
+    restart = max(good) if good else steps[before - 1]
     found["restart_step"] = restart
     found["restart_from"] = "checkpoint" if good else "last healthy step"
     # A guard checkpoint "at step N" holds the state before step N ran: its LR is step N-1's.
-    lrs = [
-        (s, lr)
-        for s, lr in zip(hist.steps, hist.lr, strict=True)
-        if lr is not None and math.isfinite(lr) and (s < restart or (s == restart and not good))
-    ]
-    if not lrs:
+    end = (bisect.bisect_left if good else bisect.bisect_right)(steps, restart)
+    lrs = _finite_lrs(hist, end)
+    last = next(lrs, None)
+    if last is None:
         return
-    stable = lrs[-1][1]
-    for (_, a), (s, b) in zip(reversed(lrs[:-1]), reversed(lrs[1:]), strict=True):
+    stable = last[1]
+    s, b = last
+    for prev_step, a in lrs:
         if s < first_sign - lookback:
             break
         if a > 0 and b >= _LR_JUMP * a:
             stable, found["lr_raised_step"] = a, s
             break
+        s, b = prev_step, a
     found.update(restart_lr=stable, suggested_lr=stable / 2)

@@ -83,7 +83,7 @@ def _load_log(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[dict[str
         k: [math.nan if v is None else float(v) for v in getattr(hist, k)]
         for k in ("loss", "grad_norm", "lr")
     }
-    return pd.DataFrame({"step": hist.steps, **nums}), list(hist.events), analyze(hist)
+    return pd.DataFrame({"step": list(hist.steps), **nums}), list(hist.events), analyze(hist)
 
 
 def _series(ax: Axes, log: pd.DataFrame, field: str, label: str) -> None:
