@@ -56,8 +56,8 @@ def _skip_file(name: str) -> bool:
 
 
 def _dataset_metadata(path: str) -> bool:
-    """A dataset folder's own metadata (HF ``state.json``, MDS ``index.json``): its data files'
-    reader uses it; it is not data itself."""
+    """A dataset folder's own metadata (HF ``state.json``, MDS ``index.json``), local or on an
+    object store: its data files' reader uses it; it is not data itself."""
     from datacheck.formats._hf import is_hf_metadata
     from datacheck.formats._mds import is_mds_index
 
@@ -66,7 +66,7 @@ def _dataset_metadata(path: str) -> bool:
 
 def _is_data(path: str) -> bool:
     name = os.path.basename(path)
-    if _skip_file(name) or (not _storage.is_url(path) and _dataset_metadata(path)):
+    if _skip_file(name) or _dataset_metadata(path):
         return False
     return detect(path, _head(path)) is not None
 

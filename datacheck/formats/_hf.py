@@ -7,14 +7,16 @@ read by this format (the JSON files are metadata, not data).  Numeric and list c
 checked as in any Arrow file; ``Image`` and ``Audio`` feature columns (``{bytes, path}``
 structs, found in the features the file's own schema metadata stores, else in
 ``dataset_info.json``) are decoded: an image or clip that does not decode, or whose ``path``
-does not exist, is ``corrupt`` at its row (column: the feature).
+does not exist, is ``corrupt`` at its row (column: the feature).  Folders on object stores
+(``s3://``, ``gs://``, ... through fsspec) are recognised and read the same way: their JSON
+files are fetched once per folder, the Arrow streams read through the storage.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
+import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,19 +35,21 @@ MAX_META_BYTES = 16 << 20
 _MEDIA = ("Image", "Audio")
 
 
-@functools.lru_cache(maxsize=256)
 def _json(path: str) -> Any:
-    try:
-        if os.path.getsize(path) > MAX_META_BYTES:
-            return None
-        with open(path, "rb") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
+    return _storage.json_document(path, MAX_META_BYTES)
+
+
+def _split(path: str) -> tuple[str, str]:
+    """(folder, name) of a local path or a URL."""
+    return posixpath.split(path) if _storage.is_url(path) else os.path.split(path)
+
+
+def _join(folder: str, name: str) -> str:
+    return posixpath.join(folder, name) if _storage.is_url(folder) else os.path.join(folder, name)
 
 
 def _data_files(folder: str) -> set[str]:
-    state = _json(os.path.join(folder, "state.json"))
+    state = _json(_join(folder, "state.json"))
     files = state.get("_data_files") if isinstance(state, dict) else None
     if not isinstance(files, list):
         return set()
@@ -54,15 +58,15 @@ def _data_files(folder: str) -> set[str]:
 
 def is_hf_data(path: str) -> bool:
     """True for a ``data-*.arrow`` file its folder's ``state.json`` lists."""
-    if _storage.is_url(path) or not path.endswith(".arrow"):
+    if not path.endswith(".arrow"):
         return False
-    folder, name = os.path.split(path)
+    folder, name = _split(path)
     return name in _data_files(folder)
 
 
 def is_hf_metadata(path: str) -> bool:
     """``state.json``/``dataset_info.json`` of a split folder, or a ``dataset_dict.json``."""
-    folder, name = os.path.split(path)
+    folder, name = _split(path)
     if name == "dataset_dict.json":
         return isinstance(_json(path), dict) and "splits" in _json(path)
     return name in ("state.json", "dataset_info.json") and bool(_data_files(folder))
@@ -78,7 +82,7 @@ def hf_features(schema: pa.Schema, folder: str) -> dict[str, str]:
         except (ValueError, AttributeError):
             features = None
     if not isinstance(features, dict):
-        info = _json(os.path.join(folder, "dataset_info.json"))
+        info = _json(_join(folder, "dataset_info.json"))
         features = info.get("features") if isinstance(info, dict) else None
     if not isinstance(features, dict):
         return {}
@@ -93,10 +97,21 @@ def _decode(kind: str, data: bytes, rules: ImageRules) -> list[Problem]:
     return check_image(data, rules) if kind == "Image" else check_audio(data)
 
 
+def _read_by_path(folder: str, where: str, kind: str) -> bytes:
+    """The bytes of a media value stored by path (relative paths: to the split's folder)."""
+    full = where if os.path.isabs(where) or _storage.is_url(where) else _join(folder, where)
+    try:
+        return read_bytes(full)
+    except FileNotFoundError:
+        raise DecodeError(f"{kind.lower()} file {where!r} not found") from None
+    except OSError as exc:
+        raise DecodeError(f"{kind.lower()} file {where!r} cannot be read ({exc})") from None
+
+
 def _media_findings(
     path: str, batch: pa.RecordBatch, offset: int, media: dict[str, str], rules: ImageRules
 ) -> list[Finding]:
-    folder = os.path.dirname(path)
+    folder = _split(path)[0]
     out: list[Finding] = []
     for name, kind in media.items():
         column = batch.column(name)
@@ -110,10 +125,7 @@ def _media_findings(
             row = offset + i
             try:
                 if data is None and where:
-                    full = where if os.path.isabs(where) else os.path.join(folder, where)
-                    if not os.path.isfile(full):
-                        raise DecodeError(f"{kind.lower()} file {where!r} not found")
-                    data = read_bytes(full)
+                    data = _read_by_path(folder, where, kind)
                 if data is None:
                     continue  # a null value: the null checks see the column
                 problems = _decode(kind, data, rules)
@@ -146,9 +158,11 @@ class HfArrowFormat(Format):
         return is_hf_data(path)
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        reader = pa.ipc.open_stream(pa.memory_map(unit.path))
+        remote = _storage.is_url(unit.path)
+        source = pa.PythonFile(_storage.source(unit.path)) if remote else pa.memory_map(unit.path)
+        reader = pa.ipc.open_stream(source)
         schema = reader.schema
-        media = hf_features(schema, os.path.dirname(unit.path))
+        media = hf_features(schema, _split(unit.path)[0])
         columns = {f.name: media.get(f.name) or str(f.type) for f in schema}
         rules = media_rules(options).images
         chunks = _chunks(reader, unit.path, media, rules)

@@ -9,14 +9,15 @@ of the file, and every sample's column sizes (any of these wrong -> ``corrupt``)
 float scalars and fixed-shape ``ndarray:<dtype>:<shape>`` columns (NaN/Inf at the sample's
 row), ``jpeg``/``png`` columns (fully decoded; one that does not decode is ``corrupt`` at the
 sample's row).  ``pkl`` columns are never unpickled.  Compressed shards (``.mds.zstd``,
-``.mds.gz``, ...) are decompressed first, bounded and hash-checked (:mod:`._mds_zip`).
+``.mds.gz``, ...) and shards on object stores are first copied (decompressed) into a temporary
+file, bounded and hash-checked (:mod:`._mds_zip`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -24,9 +25,9 @@ import numpy as np
 
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
-from datacheck.formats import Format, Opened, WorkUnit, register
+from datacheck.formats import Format, Opened, WorkUnit, _storage, register
 from datacheck.formats._image import DecodeError, check_image
-from datacheck.formats._mds_zip import CODECS, inflate_shard, shard_codec
+from datacheck.formats._mds_zip import CODECS, materialize_shard, shard_codec
 from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
 
@@ -49,30 +50,44 @@ def is_shard_name(name: str) -> bool:
     return name.endswith(_EXTENSIONS)
 
 
+def _split(path: str) -> tuple[str, str]:
+    return posixpath.split(path) if _storage.is_url(path) else os.path.split(path)
+
+
+def _read_index(path: str) -> Any:
+    return _storage.json_document(path, MAX_INDEX_BYTES)
+
+
+def _entries(doc: Any) -> Iterator[dict[str, Any]]:
+    shards = doc.get("shards") if isinstance(doc, dict) else None
+    yield from (s for s in shards if isinstance(s, dict)) if isinstance(shards, list) else ()
+
+
+def _basenames(entry: Mapping[str, Any]) -> Iterator[str]:
+    for key in ("raw_data", "zip_data"):
+        data = entry.get(key)
+        if isinstance(data, dict) and isinstance(data.get("basename"), str):
+            yield data["basename"]
+
+
 def is_mds_index(path: str) -> bool:
-    """The ``index.json`` beside MDS shards: the shards' reader uses it; it is not data."""
-    folder, name = os.path.split(path)
-    return name == "index.json" and any(map(is_shard_name, os.listdir(folder or ".")))
+    """The ``index.json`` beside MDS shards (on an object store: one whose entries name
+    shards): the shards' reader uses it; it is not data."""
+    folder, name = _split(path)
+    if name != "index.json":
+        return False
+    if not _storage.is_url(path):
+        return any(map(is_shard_name, os.listdir(folder or ".")))
+    return any(is_shard_name(n) for e in _entries(_read_index(path)) for n in _basenames(e))
 
 
 def mds_index_entry(shard_path: str) -> dict[str, Any] | None:
     """The ``index.json`` entry of a shard, found by its ``raw_data`` or (compressed)
     ``zip_data`` basename (None when there is no index or no entry)."""
-    index = os.path.join(os.path.dirname(shard_path), "index.json")
-    if not os.path.isfile(index) or os.path.getsize(index) > MAX_INDEX_BYTES:
-        return None
-    try:
-        with open(index, "rb") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    name = os.path.basename(shard_path)
-    for shard in doc.get("shards", []) if isinstance(doc, dict) else []:
-        for key in ("raw_data", "zip_data"):
-            data = shard.get(key) if isinstance(shard, dict) else None
-            if isinstance(data, dict) and data.get("basename") == name:
-                return shard
-    return None
+    folder, name = _split(shard_path)
+    index = posixpath.join(folder, "index.json") if _storage.is_url(folder) else None
+    doc = _read_index(index or os.path.join(folder, "index.json"))
+    return next((e for e in _entries(doc) if name in _basenames(e)), None)
 
 
 def _check_hashes(mf: MappedFile, raw: Mapping[str, Any]) -> None:
@@ -180,8 +195,8 @@ class MdsFormat(Format):
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         entry = mds_index_entry(unit.path)
         codec = shard_codec(unit.path, entry)
-        if codec is not None:
-            mf = inflate_shard(unit.path, codec, entry)  # sizes and hashes checked on the way
+        if codec is not None or _storage.is_url(unit.path):  # sizes, hashes checked on the way
+            mf = materialize_shard(unit.path, codec, entry)
         else:
             mf = MappedFile(unit.path)
             if entry is not None:

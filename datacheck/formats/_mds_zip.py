@@ -5,7 +5,8 @@ MosaicML Streaming compresses a whole shard when its writer is given ``compressi
 ``compression``, ``zip_data`` (basename, bytes and hashes of the compressed file) and
 ``raw_data`` (the same of the shard before compression).
 
-Decompression is streamed and bounded: the output goes to an anonymous temporary file (then
+Shards on object stores are copied the same way (without decompression).  Decompression is
+streamed and bounded: the output goes to an anonymous temporary file (then
 memory-mapped like an uncompressed shard), never above the ``raw_data`` byte count of the
 index (:data:`MAX_UNINDEXED_BYTES` without one) whatever the compressed stream's own header
 claims, so a decompression bomb stops at the cap and is ``corrupt``.  The hashes of both
@@ -26,9 +27,10 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
+from datacheck.formats import _storage
 from datacheck.formats._tensor_common import MappedFile, TensorFileError
 
-__all__ = ["CODECS", "MAX_UNINDEXED_BYTES", "inflate_shard", "shard_codec"]
+__all__ = ["CODECS", "MAX_UNINDEXED_BYTES", "materialize_shard", "shard_codec"]
 
 CODECS = ("zstd", "gz", "bz2", "br", "snappy")
 """Streaming's compression families, by the file extension each adds."""
@@ -119,7 +121,14 @@ def _stdlib_chunks(codec: str, src: IO[bytes]) -> Iterator[bytes]:
         raise TensorFileError(f"{codec}: {exc or type(exc).__name__}") from None
 
 
-def _chunks(codec: str, src: IO[bytes]) -> Iterator[bytes]:
+def _copy_chunks(src: IO[bytes]) -> Iterator[bytes]:
+    while data := src.read(_READ):
+        yield data
+
+
+def _chunks(codec: str | None, src: IO[bytes]) -> Iterator[bytes]:
+    if codec is None:
+        return _copy_chunks(src)
     if codec == "zstd":
         return _zstd_chunks(src)
     if codec in ("gz", "bz2"):
@@ -131,6 +140,16 @@ def _chunks(codec: str, src: IO[bytes]) -> Iterator[bytes]:
     )
 
 
+def _too_big(codec: str | None, limit: int, exact: bool) -> str:
+    said = f"index.json says {limit}" if exact else f"the cap is {limit}"
+    if codec is None:
+        return f"the shard holds more than {limit} bytes ({said})"
+    return (
+        f"{codec}: inflates past {limit} bytes ({said}): a decompression bomb or a damaged "
+        "shard; not read further"
+    )
+
+
 def _limit(raw: Mapping[str, Any]) -> tuple[int, bool]:
     """The most bytes the shard may inflate to, and whether the index says exactly that."""
     size = raw.get("bytes")
@@ -139,8 +158,17 @@ def _limit(raw: Mapping[str, Any]) -> tuple[int, bool]:
     return MAX_UNINDEXED_BYTES, False
 
 
-def inflate_shard(path: str, codec: str, entry: Mapping[str, Any] | None) -> MappedFile:
-    """Decompress a shard into a memory-mapped temporary file, bounded and hash-checked.
+def _open(path: str) -> IO[bytes]:
+    return _storage.source(path) if _storage.is_url(path) else open(path, "rb")  # noqa: SIM115
+
+
+def _size(path: str) -> int:
+    return _storage.stat(path)[0] if _storage.is_url(path) else os.path.getsize(path)
+
+
+def materialize_shard(path: str, codec: str | None, entry: Mapping[str, Any] | None) -> MappedFile:
+    """Copy a shard (decompressed when ``codec`` says so; local or on an object store) into a
+    memory-mapped temporary file, bounded and hash-checked.
 
     Raises:
         TensorFileError: sizes or hashes differ from the index, the stream is damaged or
@@ -148,30 +176,29 @@ def inflate_shard(path: str, codec: str, entry: Mapping[str, Any] | None) -> Map
     """
     zip_spec = (entry or {}).get("zip_data") or {}
     raw_spec = (entry or {}).get("raw_data") or {}
-    size = os.path.getsize(path)
+    size = _size(path)
+    if codec is None:  # an uncompressed shard on an object store: raw_data describes it
+        zip_spec = {}
     if isinstance(zip_spec.get("bytes"), int) and zip_spec["bytes"] != size:
         raise TensorFileError(f"index.json says {zip_spec['bytes']} bytes, the file holds {size}")
     limit, exact = _limit(raw_spec)
     zipped, raw = _Digests("compressed shard", zip_spec), _Digests("decompressed shard", raw_spec)
     if zipped.want:  # first, so a damaged file is named by its hash, not by a decoder error
-        with open(path, "rb") as fh:
+        with _open(path) as fh:
             while data := fh.read(_READ):
                 zipped.update(data)
         zipped.verify()
-    with open(path, "rb") as fh, tempfile.TemporaryFile(prefix="datacheck-mds-") as out:
+    with _open(path) as fh, tempfile.TemporaryFile(prefix="datacheck-mds-") as out:
         total = 0
         for chunk in _chunks(codec, fh):
             total += len(chunk)
             if total > limit:
-                said = f"index.json says {limit}" if exact else f"the cap is {limit}"
-                raise TensorFileError(
-                    f"{codec}: inflates past {limit} bytes ({said}): a decompression bomb or a "
-                    "damaged shard; not read further"
-                )
+                raise TensorFileError(_too_big(codec, limit, exact))
             raw.update(chunk)
             out.write(chunk)
         if exact and total != limit:
-            raise TensorFileError(f"{codec}: inflates to {total} bytes, index.json says {limit}")
+            what = f"{codec}: inflates to" if codec else "the shard holds"
+            raise TensorFileError(f"{what} {total} bytes, index.json says {limit}")
         raw.verify()
         out.flush()
         return MappedFile.of_file(out)

@@ -12,6 +12,9 @@ path.  Credentials come from the user's usual mechanism (environment, ``~/.aws``
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import json
+import os
 import posixpath
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +23,16 @@ from datacheck.errors import InputError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["is_url", "list_objects", "read_head", "source", "stat", "stream"]
+__all__ = [
+    "is_url",
+    "json_document",
+    "list_objects",
+    "read_head",
+    "read_small",
+    "source",
+    "stat",
+    "stream",
+]
 
 _MTIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "modified", "created")
 _ETAG_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id")
@@ -125,6 +137,46 @@ def read_head(url: str, n: int = 16) -> bytes:
     """The first ``n`` bytes of an object (``b""`` when unreadable: its unit reports that)."""
     fs, path = _fs(url)
     return _fs_head(fs, path, n)
+
+
+def read_small(path: str, limit: int) -> bytes | None:
+    """A small file's bytes, local or remote; None when it holds more than ``limit`` bytes.
+
+    Raises:
+        OSError: it cannot be read (missing, no permission).
+    """
+    if is_url(path):
+        fs, p = _fs(path)
+        with fs.open(p, "rb") as fh:
+            data = fh.read(limit + 1)
+    else:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    return None if len(data) > limit else data
+
+
+def json_document(path: str, limit: int) -> Any:
+    """A small JSON file (a dataset folder's index), local or remote, parsed; None when it is
+    missing, above ``limit`` bytes or not JSON.  Cached by the file's identity (size, mtime,
+    ETag): the shards of a folder all ask, and a changed file is read again."""
+    try:
+        if is_url(path):
+            stamp: tuple[Any, ...] = stat(path)
+        else:
+            st = os.stat(path)
+            stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+    except (OSError, InputError):
+        return None
+    return _json_document(path, stamp, limit)
+
+
+@functools.lru_cache(maxsize=16)
+def _json_document(path: str, stamp: tuple[Any, ...], limit: int) -> Any:
+    try:
+        data = read_small(path, limit)
+        return None if data is None else json.loads(data)
+    except (OSError, ValueError):
+        return None
 
 
 def source(path: str) -> Any:

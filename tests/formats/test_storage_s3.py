@@ -3,6 +3,7 @@ loopback, started here as a subprocess; no mock of the client) and ``memory://``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _clusterkit import comparable, free_port, manifest
+from _mediakit import hf_split_files, write_mds
 
 import datacheck
 from datacheck.engine._discover import discover, plan_units
@@ -214,3 +216,73 @@ def test_s3_object_without_extension_is_sniffed_by_magic_bytes(
     report = datacheck.scan(f"s3://{BUCKET}/noext/", out=tmp_path / "o", executor="inprocess")
     assert report.files["format"].tolist() == ["parquet"]
     assert report.findings["row"].tolist() == [42]
+
+
+def _put(files: dict[str, bytes]) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    for key, data in files.items():
+        fs.pipe(f"{BUCKET}/{key}", data)
+    fs.invalidate_cache()
+
+
+def _sites(report: datacheck.Report) -> set[tuple[str, int, str, str]]:
+    f = report.findings
+    return {(r.path.split("/", 4)[-1], int(r.row), r.column, r.check) for r in f.itertuples()}
+
+
+@pytest.mark.parametrize("executor", ["inprocess", "processes"])
+def test_s3_hf_save_to_disk_folders_recognised(
+    executor: str, s3_server: str, tmp_path: Path
+) -> None:
+    root = f"hf-{executor}"
+    files = {f"{root}/dataset_dict.json": json.dumps({"splits": ["train", "test"]}).encode()}
+    for split, n_files in (("train", 2), ("test", 1)):
+        for name, data in hf_split_files(split, files=n_files).items():
+            files[f"{root}/{split}/{name}"] = data
+    _put(files)
+    report = datacheck.scan(f"s3://{BUCKET}/{root}", out=tmp_path / "o", executor=executor)
+    entries = {f["path"].split("/", 4)[-1]: f for f in report.data["files"]}
+    assert sorted(entries) == [
+        "test/data-00000-of-00001.arrow",
+        "train/data-00000-of-00002.arrow",
+        "train/data-00001-of-00002.arrow",
+    ]
+    assert {f["format"] for f in entries.values()} == {"hf"}
+    assert entries["test/data-00000-of-00001.arrow"]["columns"]["image"] == "Image"
+    assert sorted(p.split("/", 3)[-1] for p in report.data["ignored"]) == [
+        f"{root}/dataset_dict.json",
+        f"{root}/test/dataset_info.json",
+        f"{root}/test/state.json",
+        f"{root}/train/dataset_info.json",
+        f"{root}/train/state.json",
+    ]
+    assert _sites(report) == {
+        ("train/data-00001-of-00002.arrow", 3, "image", "corrupt"),
+        ("train/data-00001-of-00002.arrow", 5, "image", "corrupt"),
+        ("train/data-00001-of-00002.arrow", 7, "x", "nan"),
+    }
+    f = report.findings
+    assert "'missing.jpg' not found" in f[f["row"] == 5]["value"].iloc[0]
+
+
+@pytest.mark.parametrize("compression", [None, "zstd:7"])
+def test_s3_mds_shards_read_and_hash_checked(
+    compression: str | None, s3_server: str, tmp_path: Path
+) -> None:
+    folder = write_mds(tmp_path / "mds", compression=compression)
+    (shard,) = folder.glob("shard.*")
+    root = f"mds-{compression or 'raw'}".replace(":", "")
+    _put({f"{root}/{p.name}": p.read_bytes() for p in folder.iterdir()})
+    url = f"s3://{BUCKET}/{root}"
+    report = datacheck.scan(url, out=tmp_path / "o", executor="inprocess")
+    (entry,) = report.data["files"]
+    assert entry["format"] == "mds" and entry["rows"] == 20 and entry["status"] == "flagged"
+    assert report.data["ignored"] == [f"{url}/index.json"]
+    assert _sites(report) == {(shard.name, 11, "score", "nan")}
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    _put({f"{root}/{shard.name}": bytes(data)})
+    (entry,) = datacheck.scan(url, out=tmp_path / "o2", executor="inprocess").data["files"]
+    assert entry["status"] == "corrupt" and "sha1 of the" in entry["error"], entry
