@@ -25,7 +25,7 @@ from datacheck.engine._merge import (
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
 from datacheck.errors import UsageError
 from datacheck.execute import check_executor, default_workers, prestart, run_units
-from datacheck.formats import _storage, format_modules
+from datacheck.formats import UNIT_MEMORY, _storage, format_modules
 from datacheck.profile._drift import needs_profile, profile_findings
 from datacheck.report import FAIL_ON, MANIFEST, Report, write_report_json
 from datacheck.schema import CompiledSchema, load_schema
@@ -148,11 +148,18 @@ def _mtime(spec: str) -> float:
 
 
 def _run_unit(
-    unit: Any, schema: Any, parts_dir: str | None, profile: bool = False, sketch: bool = False
+    unit: Any,
+    schema: Any,
+    parts_dir: str | None,
+    profile: bool = False,
+    sketch: bool = False,
+    unit_memory: int | None = None,
 ) -> UnitResult:
-    """The picklable unit function: a schema given as a string is loaded once per worker."""
+    """The picklable unit function: a schema given as a string is loaded once per worker;
+    ``unit_memory`` bounds what readers allocate (:func:`datacheck.formats.memory_budget`)."""
     compiled = _schema_in_worker(schema, _mtime(schema)) if isinstance(schema, str) else schema
-    return scan_unit(unit, compiled, parts_dir, profile=profile, sketch=sketch)
+    options = {} if unit_memory is None else {UNIT_MEMORY: unit_memory}
+    return scan_unit(unit, compiled, parts_dir, options, profile=profile, sketch=sketch)
 
 
 def _output_dir(out: str | Path) -> Path:
@@ -300,6 +307,7 @@ def scan(
         parts_dir=str(parts),
         profile=profiling,
         sketch=config.profile,
+        unit_memory=None if config.unit_memory_mb is None else config.unit_memory_mb << 20,
     )
     start = time.perf_counter()
     workers = config.workers or default_workers()

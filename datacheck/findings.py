@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -159,33 +160,83 @@ def concat(tables: Iterable[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def write_part(table: pa.Table, parts_dir: str | os.PathLike[str], key: str) -> str:
-    """Write one unit's findings as an Arrow IPC file (no encoding cost) and return its path.
+def _part_path(parts_dir: str | os.PathLike[str], key: str) -> Path:
+    return Path(parts_dir) / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.arrow"
 
-    Written to a temporary name and renamed, so a killed process leaves the whole file or
-    none.  No fsync per part (it dominated small scans): after a machine crash a part may be
-    damaged, and the resume journal then scans its unit again (:func:`part_is_readable`).
+
+class PartWriter:
+    """Writes one unit's findings as an Arrow IPC stream, a table at a time (bounded memory:
+    a unit with millions of findings spills them here as it goes).
+
+    Written to a temporary name and renamed on :meth:`close`, so a killed process leaves the
+    whole file or none.  No fsync per part (it dominated small scans): after a machine crash
+    a part may be damaged, and the resume journal then scans its unit again
+    (:func:`part_is_readable`).  The stream format lets each table carry its own dictionaries.
     """
-    dest = Path(parts_dir) / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.arrow"
-    tmp = dest.with_name(dest.name + ".tmp")
-    table = table.unify_dictionaries()  # an IPC file holds one dictionary per column
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    os.replace(tmp, dest)
-    return str(dest)
+
+    def __init__(self, parts_dir: str | os.PathLike[str], key: str) -> None:
+        self.dest = _part_path(parts_dir, key)
+        self._tmp = self.dest.with_name(self.dest.name + ".tmp")
+        self._sink = pa.OSFile(str(self._tmp), "wb")
+        # LZ4: a row's six dictionary indices are mostly constant, they shrink ~10x.
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        self._writer = pa.ipc.new_stream(self._sink, _COMPACT_SCHEMA, options=options)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Append findings (compact tables, concatenated: one dictionary per column)."""
+        if table.num_rows:
+            self._writer.write_table(table.unify_dictionaries().combine_chunks())
+            self.rows += table.num_rows
+
+    def close(self) -> str:
+        """Finish the part and give it its final name; returns its path."""
+        self._writer.close()
+        self._sink.close()
+        os.replace(self._tmp, self.dest)
+        return str(self.dest)
+
+
+def write_part(table: pa.Table, parts_dir: str | os.PathLike[str], key: str) -> str:
+    """Write one unit's findings as a part (:class:`PartWriter`) and return its path."""
+    writer = PartWriter(parts_dir, key)
+    writer.write(table)
+    return writer.close()
+
+
+def _open_part(source: pa.NativeFile) -> Any:
+    """A part's reader: an IPC stream, or an IPC file (parts of older versions)."""
+    head = source.read(6)
+    source.seek(0)
+    return pa.ipc.open_file(source) if head == b"ARROW1" else pa.ipc.open_stream(source)
 
 
 def read_part(path: str | os.PathLike[str]) -> pa.Table:
-    """A part written by :func:`write_part` (memory-mapped)."""
+    """A part written by :func:`write_part` (memory-mapped: the findings are not copied)."""
     with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_file(source).read_all()
+        return _open_part(source).read_all()
+
+
+def iter_part(path: str | os.PathLike[str]) -> Iterator[pa.Table]:
+    """A part's findings a table at a time (one spill each), read, not mapped: memory stays
+    bounded by a spill however many findings the part holds."""
+    with pa.OSFile(str(path)) as source:
+        reader = _open_part(source)
+        if isinstance(reader, pa.ipc.RecordBatchStreamReader):
+            for batch in reader:
+                yield pa.Table.from_batches([batch])
+        else:
+            yield reader.read_all()
 
 
 def part_is_readable(path: str | os.PathLike[str]) -> bool:
-    """True when a part file exists and its footer reads (cheap: no data)."""
+    """True when a part file exists and reads to its end (its data stays mapped, not read)."""
     try:
         with pa.memory_map(str(path)) as source:
-            pa.ipc.open_file(source)
+            reader = _open_part(source)
+            if isinstance(reader, pa.ipc.RecordBatchStreamReader):
+                for _ in reader:
+                    pass
     except (OSError, pa.ArrowException):
         return False
     return True

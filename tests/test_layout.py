@@ -134,6 +134,7 @@ PUBLIC_FACES = {
         "detect",
         "format_modules",
         "get_format",
+        "memory_budget",
         "register",
     ],
     "datacheck.schema": ["CompiledSchema", "compile_schema", "load_schema"],

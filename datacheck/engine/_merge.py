@@ -196,15 +196,11 @@ def write_manifest(
     seen_corrupt: set[str] = set()
     try:
         for r in sorted(results, key=lambda r: (r.path, r.part)):
-            table = r.table
-            if r.part_file is not None:
-                table = fnd.read_part(r.part_file)
-            if table is None:
-                continue
-            if r.corrupt and r.path in seen_corrupt:
-                table = _drop_corrupt(table)
+            tables = [r.table] if r.table is not None else []
+            drop = r.corrupt is not None and r.path in seen_corrupt
             seen_corrupt.update([r.path] if r.corrupt else [])
-            writer.append(table)
+            for table in fnd.iter_part(r.part_file) if r.part_file is not None else tables:
+                writer.append(_drop_corrupt(table) if drop else table)
         if extra:
             writer.append(fnd.findings_table(extra))
     finally:

@@ -81,33 +81,61 @@ def poison_result(unit: WorkUnit, message: str) -> UnitResult:
     return res
 
 
-class _Collector:
-    """Accumulates findings of one unit as Arrow tables plus counters."""
+SPILL_ROWS = 1 << 20
+"""Findings a unit holds in memory before it writes them to its part file (~32 MiB)."""
+CHECK_ROWS = 1 << 20
+"""Rows of a batch checked at once: the findings of one slice are bounded by it."""
 
-    def __init__(self, path: str) -> None:
+
+class _Collector:
+    """Accumulates findings of one unit as Arrow tables plus counters (exact).
+
+    With a part file to write (``parts_dir``), findings past :data:`SPILL_ROWS` are streamed
+    to it as they come, so a file of 2**26 NaN never holds all its findings in memory.
+    """
+
+    def __init__(self, path: str, parts_dir: str | None = None, key: str = "") -> None:
         self.path = path
         self.tables: list[pa.Table] = []
+        self.held = 0
+        """Findings in ``tables``."""
         self.counts: Counter[str] = Counter()
         self.sites: dict[str, Counter[str]] = {}
+        self.parts_dir = parts_dir if parts_dir is not None and os.path.isdir(parts_dir) else None
+        self.key = key
+        self.part: fnd.PartWriter | None = None
+
+    def _add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.held += table.num_rows
+        if self.held >= SPILL_ROWS and self.parts_dir is not None:
+            self.spill()
+
+    def spill(self) -> None:
+        """Write the findings held so far to the part file."""
+        if self.part is None:
+            self.part = fnd.PartWriter(self.parts_dir or "", self.key)
+        self.part.write(fnd.concat(self.tables))
+        self.tables, self.held = [], 0
 
     def hits(self, column: str | None, hits: Hits, row_offset: int) -> None:
-        self.tables.append(fnd.hits_table(self.path, column, hits, row_offset))
         self.counts[hits.check] += hits.total
         self.sites.setdefault(hits.check, Counter())[hits.severity.value] += len(hits.rows)
+        self._add(fnd.hits_table(self.path, column, hits, row_offset))
 
     def finding(self, f: fnd.Finding) -> None:
-        self.tables.append(fnd.findings_table([f]))
         self.counts[f.check] += f.count
         self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
+        self._add(fnd.findings_table([f]))
 
     def findings(self, fs: list[fnd.Finding]) -> None:
         """Many scalar findings as one table."""
         if not fs:
             return
-        self.tables.append(fnd.findings_table(fs))
         for f in fs:
             self.counts[f.check] += f.count
             self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
+        self._add(fnd.findings_table(fs))
 
 
 def _column_hits(
@@ -166,15 +194,26 @@ def _check_chunk(
         col.hits(key, h, chunk.row_offset)
     if chunk.tensors is not None:
         _check_tensors(chunk, schema, col, profiler)
-    batch = chunk.batch
-    if batch is None:
+    if chunk.batch is None:
         return
-    batch = readable_columns(batch)  # intervals: no numbers, and no Python array class
+    batch = readable_columns(chunk.batch)  # intervals: no numbers, and no Python array class
+    for start in range(0, max(batch.num_rows, 1), CHECK_ROWS):  # findings bounded per slice
+        piece = batch.slice(start, CHECK_ROWS) if batch.num_rows > CHECK_ROWS else batch
+        _check_batch(piece, chunk.row_offset + start, col, profiler, run)
+
+
+def _check_batch(
+    batch: pa.RecordBatch | pa.Table,
+    row_offset: int,
+    col: _Collector,
+    profiler: Profiler | None,
+    run: SchemaRun | None,
+) -> None:
     meta = batch.schema.metadata or {}
     integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         pieces = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        offset = chunk.row_offset
+        offset = row_offset
         for piece in pieces:
             arr = plain(piece)  # dictionary, run-end, list-view, map: checked element-wise
             for leaf_name, leaf_arr in leaves(name, arr):  # struct fields: columns of their own
@@ -185,7 +224,7 @@ def _check_chunk(
         def index_column(name: str, arr: pa.Array, offset: int) -> None:
             _check_column(name, arr, offset, set(), col, None, run)
 
-        run.batch(batch, chunk.row_offset, col.hits, index_column)
+        run.batch(batch, row_offset, col.hits, index_column)
 
 
 def _check_column(
@@ -262,7 +301,7 @@ def scan_unit(
     shown = shown_path(unit.path)
     if shown != unit.path:  # Arrow holds UTF-8 only: report the file under an escaped name
         return _unreadable_name(unit, shown, start, parts_dir)
-    col = _Collector(unit.path)
+    col = _Collector(unit.path, parts_dir, unit.key)
     res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
     res.bytes = unit.size // max(unit.n_parts, 1)
     errors: list[str] = []
@@ -322,7 +361,7 @@ def shown_path(path: str) -> str:
 def _unreadable_name(unit: WorkUnit, shown: str, start: float, parts_dir: str | None) -> UnitResult:
     """A file whose name is not UTF-8: ``corrupt`` under its escaped name (the readers take
     UTF-8 paths only), so the scan reports it instead of failing on it."""
-    col = _Collector(shown)
+    col = _Collector(shown, parts_dir, shown_path(unit.key))
     res = UnitResult(shown_path(unit.key), shown, unit.format, unit.part, unit.n_parts)
     res.bytes = unit.size // max(unit.n_parts, 1)
     res.corrupt = "the file name is not valid UTF-8 (shown with \\x escapes): rename it to scan it"
@@ -335,13 +374,18 @@ def _unreadable_name(unit: WorkUnit, shown: str, start: float, parts_dir: str | 
 def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
     res.counts = dict(col.counts)
     res.sites = {k: dict(v) for k, v in col.sites.items()}
+    if col.part is not None:  # spilled already: the rest joins the part
+        col.spill()
+        res.findings_rows = col.part.rows
+        res.part_file = col.part.close()
+        return
     if not col.tables:  # most units of a clean dataset (one per image): no table to build
         return
     table = fnd.concat(col.tables)
     res.findings_rows = table.num_rows
     # A worker that cannot see parts_dir (remote cluster, no shared filesystem) sends the
     # findings back with the result; the client's journal spills them to a part on arrival.
-    if parts_dir is None or table.num_rows == 0 or not os.path.isdir(parts_dir):
+    if col.parts_dir is None or table.num_rows == 0:
         res.table = table if table.num_rows else None
         return
-    res.part_file = fnd.write_part(table, parts_dir, res.key)
+    res.part_file = fnd.write_part(table, col.parts_dir, res.key)

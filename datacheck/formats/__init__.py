@@ -36,6 +36,7 @@ __all__ = [
     "detect",
     "format_modules",
     "get_format",
+    "memory_budget",
     "register",
 ]
 
@@ -248,6 +249,35 @@ def format_modules(names: Iterable[str]) -> tuple[str, ...]:
     _ensure_loaded()
     mods = {type(_REGISTRY[n]).__module__ for n in names if n in _REGISTRY}
     return tuple(sorted(m for m in mods if not m.startswith("datacheck.") and m != "__main__"))
+
+
+UNIT_MEMORY = "unit_memory"
+"""Reader option: bytes of memory a worker may hold for one unit (0: no bound; absent:
+:data:`DEFAULT_UNIT_MEMORY`).  The scan passes ``--unit-memory-mb`` here."""
+DEFAULT_UNIT_MEMORY = 2 << 30
+"""The bound when none is given: the smallest a worker gets by default."""
+MEMORY_SHARE = 4
+"""A decoded piece may take this fraction of the unit's memory: the checks hold masks and
+copies beside the data."""
+
+
+def memory_budget(options: Mapping[str, Any]) -> float:
+    """Bytes one decoded piece of a unit (a row group, a value, a member) may take before
+    allocating it: a :data:`MEMORY_SHARE` of the unit's memory bound (inf when unbounded).
+
+    Readers check what a file *declares* against this before allocating, so a 1 KB file that
+    claims 2**40 rows is refused as ``corrupt`` with the reason instead of growing a worker
+    until the memory limit kills it.
+    """
+    unit = options.get(UNIT_MEMORY)
+    if unit is None:
+        unit = DEFAULT_UNIT_MEMORY
+    return unit / MEMORY_SHARE if unit > 0 else float("inf")
+
+
+def mib(n: float) -> str:
+    """Bytes as MiB for messages (``512 MiB``)."""
+    return f"{n / (1 << 20):,.0f} MiB"
 
 
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}

@@ -24,8 +24,10 @@ from datacheck.formats import (
     _storage,
     is_tsv,
     keep_mask,
+    memory_budget,
     register,
 )
+from datacheck.formats._parquet_meta import declared_batch_rows, encrypted_columns
 
 T = TypeVar("T")
 
@@ -78,16 +80,25 @@ class ParquetFormat(Format):
         pf = pq.ParquetFile(_storage.source(unit.path), page_checksum_verification=True)
         meta = pf.metadata
         lo, hi = unit.row_groups or (0, meta.num_row_groups)
+        budget = memory_budget(options)
+        # Every row group's declared sizes are checked before the first is read (pyarrow
+        # aborts the process on the metadata of an encrypted column: its read raises instead).
+        skip = encrypted_columns(unit.path)
+        batch_rows = [None if skip else declared_batch_rows(meta, i, budget) for i in range(lo, hi)]
         expected = sum(meta.row_group(i).num_rows for i in range(lo, hi))
 
         def chunks() -> Iterator[Chunk]:
             offset = unit.row_offset
-            for i in range(lo, hi):
-                table = pf.read_row_group(i)
-                n = table.num_rows
-                yield Chunk(row_offset=offset, batch=table)
-                del table  # never hold two row groups at once
-                offset += n
+            for i, rows in zip(range(lo, hi), batch_rows, strict=True):
+                if rows is None:  # fits the budget decoded: the fast whole-group read
+                    pieces: Iterator[Any] = iter([pf.read_row_group(i)])
+                else:  # streamed a bounded batch at a time
+                    pieces = pf.iter_batches(batch_size=rows, row_groups=[i], use_threads=False)
+                for table in pieces:
+                    n = table.num_rows
+                    yield Chunk(row_offset=offset, batch=table)
+                    del table  # never hold two row groups at once
+                    offset += n
 
         schema = pf.schema_arrow
         return Opened(_type_names(schema), chunks(), expected_rows=expected, arrow_schema=schema)

@@ -1,0 +1,128 @@
+"""Files that declare more than they hold, or more than a unit may decode: each is refused by
+its reader, before allocating, with the reason (not by the worker's memory limit), and files
+that are only large stream through in bounded memory with exact findings."""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import datacheck
+from datacheck.formats._parquet_meta import encrypted_columns
+
+NAN = float("nan")
+SMALL_MB = 64
+"""The unit memory bound of these scans: far below what the hostile files claim."""
+
+
+def _scan(path: Path, tmp_path: Path, **kw: Any) -> dict[str, Any]:
+    """The report entry of ``path`` scanned in an isolated worker under :data:`SMALL_MB`."""
+    kw.setdefault("unit_memory_mb", SMALL_MB)
+    report = datacheck.scan(str(path), out=tmp_path / "out", workers=1, **kw)
+    (entry,) = report.data["files"]
+    return entry
+
+
+def _refused(entry: dict[str, Any], reason: str) -> None:
+    assert entry["status"] == "corrupt", entry
+    assert reason in entry["error"], entry["error"]
+    assert "the reader needed more than" not in entry["error"]
+
+
+# -- Parquet: a footer that lies -------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _i64_field(n: int) -> bytes:
+    """A Thrift compact i64 field one id after the previous one, holding ``n``."""
+    return b"\x16" + _varint((n << 1) ^ (n >> 63))
+
+
+def _lying_parquet(path: Path, claims: int, which: list[int]) -> Path:
+    """A 64-row Parquet file whose footer says ``claims`` at the ``which``-th i64 fields
+    holding 64 (0: the file's rows, 1: the column chunk's values, 2: the row group's rows)."""
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"x": np.arange(64, dtype=np.float64)}), buf, compression="none")
+    data = buf.getvalue()
+    n = struct.unpack("<i", data[-8:-4])[0]
+    footer = data[-8 - n : -8]
+    old = _i64_field(64)
+    at = [i for i in range(len(footer)) if footer.startswith(old, i)]
+    assert len(at) == 3, at
+    for i in sorted((at[w] for w in which), reverse=True):
+        footer = footer[:i] + _i64_field(claims) + footer[i + len(old) :]
+    path.write_bytes(data[: -8 - n] + footer + struct.pack("<i", len(footer)) + b"PAR1")
+    assert pq.ParquetFile(path).metadata.row_group(0).num_rows in (64, claims)
+    return path
+
+
+def test_a_row_group_claiming_2_40_rows_is_refused_by_its_row_count(tmp_path: Path) -> None:
+    path = _lying_parquet(tmp_path / "rows.parquet", 2**40, [2])
+    entry = _scan(path, tmp_path)
+    _refused(entry, "the row group claims 1099511627776 rows, the column holds 64 values")
+
+
+def test_2_40_values_in_650_bytes_are_refused_by_the_pages_they_need(tmp_path: Path) -> None:
+    path = _lying_parquet(tmp_path / "values.parquet", 2**40, [0, 1, 2])
+    assert path.stat().st_size < 2048
+    entry = _scan(path, tmp_path)
+    _refused(entry, "1099511627776 values claimed in")
+    assert "512 data pages" in entry["error"]
+
+
+def test_a_value_that_inflates_past_the_bound_is_refused(tmp_path: Path) -> None:
+    """A few KB of zstd that decode to one string of 4x the unit's budget."""
+    path = tmp_path / "bomb.parquet"
+    big = "a" * (SMALL_MB << 20)
+    pq.write_table(pa.table({"s": [big], "x": [1.0]}), path, compression="zstd")
+    assert path.stat().st_size < 64 << 10
+    entry = _scan(path, tmp_path)
+    _refused(entry, "a value over the 16 MiB a unit may decode at once")
+
+
+def test_a_large_row_group_streams_with_exact_findings(tmp_path: Path) -> None:
+    """A row group past the budget decoded is read in batches: every NaN still listed."""
+    n = 1 << 21  # 16 MiB of float64: past the 4 MiB budget of a 16 MiB unit
+    x = np.zeros(n)
+    x[::3] = NAN
+    path = tmp_path / "nan.parquet"
+    pq.write_table(pa.table({"x": x}), path, row_group_size=n)
+    # In this process (no worker memory limit to race): the reader's own budget streams it.
+    report = datacheck.scan(str(path), out=tmp_path / "out", isolate=False, unit_memory_mb=16)
+    (entry,) = report.data["files"]
+    assert entry["status"] == "flagged" and entry["rows"] == n, entry["error"]
+    assert entry["counts"] == {"nan": len(x[::3])}
+    rows = pq.read_table(report.manifest_path, columns=["row"])["row"].to_numpy()
+    assert np.array_equal(np.sort(rows), np.arange(0, n, 3))
+
+
+def test_a_plaintext_footer_with_encrypted_columns_is_found_without_pyarrow(
+    tmp_path: Path,
+) -> None:
+    """pyarrow aborts the process on an encrypted column's metadata: the footer's own fields
+    tell it apart first (field 8, ``encryption_algorithm``), and plain files are not."""
+    path = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"x": [1.0]}), path)
+    assert not encrypted_columns(str(path))
+    data = path.read_bytes()
+    n = struct.unpack("<i", data[-8:-4])[0]
+    footer = bytearray(data[-8 - n : -8])
+    assert footer[-1] == 0  # the struct's stop byte: append field 8, an empty struct, there
+    footer[-1:] = b"\x0c\x10\x00\x00"  # type struct, field id 8 (zigzag 16), empty
+    fake = data[: -8 - n] + bytes(footer) + struct.pack("<i", len(footer)) + b"PAR1"
+    path.write_bytes(fake)
+    assert encrypted_columns(str(path))
