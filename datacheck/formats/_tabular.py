@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -231,7 +232,10 @@ class CsvFormat(_TextFormat):
 
 
 def _open_text(
-    make_reader: Any, declared: dict[str, pa.DataType], keep_integers: bool = False
+    make_reader: Any,
+    declared: dict[str, pa.DataType],
+    keep_integers: bool = False,
+    check_utf8: bool = False,
 ) -> Opened:
     """Open a text format (CSV, JSON Lines) whose integer columns are read as float64.
 
@@ -240,14 +244,16 @@ def _open_text(
     to check, not damage.  Such columns are read as float64, reported with their integer
     dtype, and marked (:data:`INTEGER_COLUMNS`) so they get no float16 bound.
     ``keep_integers`` reads them as integers instead (exact beyond 2**53; fails on a ``nan``):
-    for copying rows, not for checking them.
+    for copying rows, not for checking them.  ``check_utf8`` validates the text of every
+    batch (Arrow's JSON reader keeps bytes that are not UTF-8 inside strings as they are).
     """
     if keep_integers:
         reader = make_reader(dict(declared))
         _require_text(reader.schema)
+        plain = _utf8_checked(iter(reader)) if check_utf8 else iter(reader)
         return Opened(
             _type_names(reader.schema),
-            _batches_with_offsets(iter(reader), 0),
+            _batches_with_offsets(plain, 0),
             arrow_schema=reader.schema,
         )
     ints = {n for n, t in declared.items() if pa.types.is_integer(t)}
@@ -264,11 +270,45 @@ def _open_text(
     _require_text(reader.schema)
     names = _type_names(reader.schema)
     names.update({n: str(declared.get(n, pa.int64())) for n in ints if n in names})
-    batches: Any = iter(reader)
+    batches: Any = _utf8_checked(iter(reader)) if check_utf8 else iter(reader)
     if ints:
         mark = {INTEGER_COLUMNS: ",".join(sorted(ints))}
-        batches = (b.replace_schema_metadata(mark) for b in reader)
+        batches = (b.replace_schema_metadata(mark) for b in batches)
     return Opened(names, _batches_with_offsets(batches, 0), arrow_schema=reader.schema)
+
+
+_STRING_INDEX = re.compile(r"Invalid UTF8 sequence at string index (\d+)")
+
+
+def _has_text(t: pa.DataType) -> bool:
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return True
+    return any(_has_text(t.field(i).type) for i in range(t.num_fields))
+
+
+def _utf8_checked(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Batches whose text columns hold valid UTF-8; else a ValueError naming the row (the
+    batch's rows for a string nested in a list or struct) and the column."""
+    offset = 0
+    for batch in batches:
+        for name, col in zip(batch.schema.names, batch.columns, strict=True):
+            if not _has_text(col.type):
+                continue
+            try:
+                col.validate(full=True)
+            except pa.ArrowInvalid as exc:
+                m = _STRING_INDEX.search(str(exc))
+                top = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+                where = (
+                    f"row {offset + int(m.group(1))}"
+                    if m and top
+                    else f"rows {offset}..{offset + batch.num_rows - 1}"
+                )
+                raise ValueError(
+                    f"{where}, column {name!r}: a string holds bytes that are not valid UTF-8"
+                ) from None
+        offset += batch.num_rows
+        yield batch
 
 
 def restore_integers(table: pa.Table) -> pa.Table:
@@ -366,7 +406,9 @@ class JsonLinesFormat(_TextFormat):
             _check_nesting(head.read(options.get("block_bytes", _BLOCK_BYTES)))
         declared = dict(options.get("arrow_types") or {})
         keep = bool(options.get("keep_integers"))
-        return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
+        return _open_text(
+            lambda types: self._reader(unit, options, types), declared, keep, check_utf8=True
+        )
 
     def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
         return _JsonLinesWriter(stream)

@@ -311,3 +311,25 @@ def test_struct_and_list_of_struct_fields_are_checked(tmp_path: Path, fmt: str) 
         (1, "ls.a", "nan"),
         (2, "ls.a", "extreme"),
     }
+
+
+def test_invalid_utf8_inside_a_json_lines_string_is_corrupt_at_its_row(tmp_path: Path) -> None:
+    """Arrow's JSON reader keeps such bytes in a string column: the reader validates them."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(
+        b'{"a": 1.0, "s": "caf\xc3\xa9"}\n{"a": 2.0, "s": "bad \xff\xfe"}\n{"a": 3.0, "s": "x"}\n'
+    )
+    report = datacheck.scan(str(path), out=tmp_path / "out", isolate=False)
+    (entry,) = report.data["files"]
+    assert entry["status"] == "corrupt"
+    assert entry["error"] == (
+        "ValueError: row 1, column 's': a string holds bytes that are not valid UTF-8"
+    )
+    nested = tmp_path / "n.jsonl"
+    nested.write_bytes(b'{"a": 1.0, "s": {"t": ["ok"]}}\n{"a": 1.0, "s": {"t": ["\xff"]}}\n')
+    report = datacheck.scan(str(nested), out=tmp_path / "out2", isolate=False)
+    assert "rows 0..1, column 's'" in report.data["files"][0]["error"]
+    fine = tmp_path / "fine.jsonl"
+    fine.write_bytes(b'{"a": NaN, "s": "caf\xc3\xa9 \xe2\x82\xac"}\n')
+    report = datacheck.scan(str(fine), out=tmp_path / "out3", isolate=False)
+    assert report.data["files"][0]["status"] == "flagged"
