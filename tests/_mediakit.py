@@ -37,6 +37,14 @@ def compress(codec: str, data: bytes, checksum: bool = False) -> bytes:
         return gzip.compress(data, 9, mtime=0)
     if codec == "bz2":
         return bz2.compress(data, 9)
+    if codec == "br":
+        import brotli
+
+        return brotli.compress(data, quality=5)
+    if codec == "snappy":  # python-snappy's compress: cramjam's raw format
+        import cramjam
+
+        return bytes(cramjam.snappy.compress_raw(data))
     raise ValueError(codec)
 
 

@@ -6,14 +6,15 @@ MosaicML Streaming compresses a whole shard when its writer is given ``compressi
 ``raw_data`` (the same of the shard before compression).
 
 Shards on object stores are copied the same way (without decompression).  Decompression is
-streamed and bounded: the output goes to an anonymous temporary file (then
-memory-mapped like an uncompressed shard), never above the ``raw_data`` byte count of the
-index (:data:`MAX_UNINDEXED_BYTES` without one) whatever the compressed stream's own header
-claims, so a decompression bomb stops at the cap and is ``corrupt``.  The hashes of both
-``zip_data`` and ``raw_data`` are checked (the compressed file's first, so a damaged file is named by its
-hash).  zstd needs the ``zstandard``
-package (the ``media`` extra); gz and bz2 come with Python; brotli and snappy shards are not
-read (a ``corrupt`` finding says so): they are never silently skipped.
+streamed and bounded: the output goes to an anonymous temporary file (then memory-mapped like
+an uncompressed shard), never above the ``raw_data`` byte count of the index
+(:data:`MAX_UNINDEXED_BYTES` without one) whatever the compressed stream's own header claims,
+so a decompression bomb stops at the cap and is ``corrupt``.  Raw snappy cannot be streamed: its
+stated size is held to the cap, then it is decompressed whole.  The hashes of both ``zip_data``
+and ``raw_data`` are checked (the compressed file's first, so a damaged file is named by its
+hash).  gz and bz2 come with Python; zstd needs ``zstandard``, brotli ``brotli`` 1.2 or later
+(whose decompressor bounds its output), snappy ``cramjam`` (all in the ``media`` extra): without
+its package a shard is ``corrupt`` with a one-line reason naming the extra, never skipped.
 """
 
 from __future__ import annotations
@@ -87,14 +88,18 @@ def shard_codec(path: str, entry: Mapping[str, Any] | None) -> str | None:
     return family
 
 
+def _needs(codec: str, package: str) -> TensorFileError:
+    return TensorFileError(
+        f"{codec}-compressed shard: reading it needs the {package} package: "
+        "pip install 'datacheck-ml[media]'"
+    )
+
+
 def _zstd_chunks(src: IO[bytes]) -> Iterator[bytes]:
     try:
         import zstandard
     except ModuleNotFoundError:
-        raise TensorFileError(
-            "zstd-compressed shard: reading it needs the zstandard package: "
-            "pip install 'datacheck-ml[media]'"
-        ) from None
+        raise _needs("zstd", "zstandard") from None
     pending = b""
     while True:
         dec = zstandard.ZstdDecompressor().decompressobj()
@@ -121,23 +126,65 @@ def _stdlib_chunks(codec: str, src: IO[bytes]) -> Iterator[bytes]:
         raise TensorFileError(f"{codec}: {exc or type(exc).__name__}") from None
 
 
+def _brotli_chunks(src: IO[bytes]) -> Iterator[bytes]:
+    try:
+        import brotli
+    except ModuleNotFoundError:
+        raise _needs("br", "brotli (1.2 or later)") from None
+    dec = brotli.Decompressor()
+    if not hasattr(dec, "can_accept_more_data"):  # before 1.2 output could not be bounded
+        raise _needs("br", "brotli (1.2 or later)")
+    try:
+        while piece := src.read(_READ):
+            yield dec.process(piece, _READ)
+            while not dec.can_accept_more_data():  # the output held back by the bound
+                yield dec.process(b"", _READ)
+        if not dec.is_finished():
+            raise TensorFileError("br stream ends early: the shard is truncated")
+    except brotli.error as exc:
+        raise TensorFileError(f"br: {exc}") from None
+
+
+def _snappy_chunks(src: IO[bytes], limit: int) -> Iterator[bytes]:
+    """Streaming's snappy is the raw format: a varint preamble with the decompressed length,
+    which is held to ``limit`` before anything is allocated (the decoder then checks it)."""
+    try:
+        import cramjam
+    except ModuleNotFoundError:
+        raise _needs("snappy", "cramjam") from None
+    data = src.read(limit + limit // 6 + 64)  # snappy's worst case: +1/6, plus a preamble
+    if src.read(1):
+        raise TensorFileError(
+            f"snappy: the compressed shard is larger than {limit} bytes can compress to: "
+            "damaged, or not what index.json describes; not decompressed"
+        )
+    try:
+        size = cramjam.snappy.decompress_raw_len(data)
+        if size > limit:
+            raise TensorFileError(
+                f"snappy: the stream says it inflates to {size} bytes, past {limit}: a "
+                "decompression bomb or a damaged shard; not decompressed"
+            )
+        yield bytes(cramjam.snappy.decompress_raw(data))
+    except cramjam.DecompressionError as exc:
+        raise TensorFileError(str(exc)) from None
+
+
 def _copy_chunks(src: IO[bytes]) -> Iterator[bytes]:
     while data := src.read(_READ):
         yield data
 
 
-def _chunks(codec: str | None, src: IO[bytes]) -> Iterator[bytes]:
+def _chunks(codec: str | None, src: IO[bytes], limit: int) -> Iterator[bytes]:
     if codec is None:
         return _copy_chunks(src)
     if codec == "zstd":
         return _zstd_chunks(src)
-    if codec in ("gz", "bz2"):
-        return _stdlib_chunks(codec, src)
-    name = {"br": "brotli", "snappy": "snappy"}[codec]
-    raise TensorFileError(
-        f"{name}-compressed MDS shard: not read by datacheck (zstd, gz and bz2 are); "
-        "recompress it with one of those to have it checked"
-    )
+    if codec == "br":
+        return _brotli_chunks(src)
+    if codec == "snappy":
+        return _snappy_chunks(src, limit)
+    return _stdlib_chunks(codec, src)
 
 
 def _too_big(codec: str | None, limit: int, exact: bool) -> str:
@@ -190,7 +237,7 @@ def materialize_shard(path: str, codec: str | None, entry: Mapping[str, Any] | N
         zipped.verify()
     with _open(path) as fh, tempfile.TemporaryFile(prefix="datacheck-mds-") as out:
         total = 0
-        for chunk in _chunks(codec, fh):
+        for chunk in _chunks(codec, fh, limit):
             total += len(chunk)
             if total > limit:
                 raise TensorFileError(_too_big(codec, limit, exact))
