@@ -132,6 +132,9 @@ class Finding:
     count: int = 1
 
 
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
 def findings_table(findings: Sequence[Finding]) -> pa.Table:
     """A compact table from a few scalar findings (file/column level: never millions)."""
     cols = {
@@ -141,7 +144,7 @@ def findings_table(findings: Sequence[Finding]) -> pa.Table:
         "check": [f.check for f in findings],
         "severity": [f.severity.value for f in findings],
         "value": [f.value for f in findings],
-        "count": [f.count for f in findings],
+        "count": [min(f.count, _INT32_MAX) for f in findings],  # the report's counts are exact
     }
     return pa.Table.from_pydict(cols, schema=MANIFEST_SCHEMA).cast(_COMPACT_SCHEMA)
 

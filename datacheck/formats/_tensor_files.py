@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from datacheck.formats import Format, Opened, WorkUnit
+from datacheck.findings import Finding
+from datacheck.formats import Chunk, Format, Opened, WorkUnit
 from datacheck.formats._tensor_common import (
     MappedFile,
+    SampleChunk,
     Source,
     TensorFileError,
     opened,
@@ -166,6 +168,43 @@ def _h5_source(key: str, ds: Any) -> Source:
     return Source(key, shape, dt.name, dt.itemsize, read)
 
 
+def _never_written(ds: Any) -> bool:
+    """True if no byte of the dataset was ever written: every value is its fill value."""
+    try:
+        return int(ds.id.get_storage_size()) == 0 and math.prod(ds.shape) > 0
+    except Exception:  # noqa: BLE001 - h5py raises several kinds; then read it as usual
+        return False
+
+
+def _fill_findings(path: str, key: str, ds: Any) -> list[Finding]:
+    """One finding per failed check for a dataset that was never written, computed from its
+    fill value (what every element reads as) instead of materialising 4 TiB of it."""
+    from datacheck.checks._rules import default_rules
+    from datacheck.checks._tensor import sample_hits
+
+    fill = np.asarray(ds.fillvalue if ds.fillvalue is not None else 0, dtype=ds.dtype)
+    n = math.prod(ds.shape)
+    rules = default_rules(ds.dtype.kind == "f", True)
+    why = f"never written: all {n} values are the fill value {fill.item()!r}"
+    return [
+        Finding(path, h.check, h.severity, why, key, None, n)
+        for h in sample_hits(fill.reshape(1, 1), rules)
+    ]
+
+
+def _with_fill_rows(base: Opened, unwritten: list[Source], findings: list[Finding]) -> Opened:
+    """``base`` plus the rows only never-written datasets have, as one chunk carrying their
+    findings (no values read: the rows are counted, the findings say every value)."""
+    read = base.expected_rows or 0
+    total = max(read, *(s.rows for s in unwritten))
+
+    def chunks() -> Iterator[Chunk]:
+        yield from base.chunks
+        yield SampleChunk(row_offset=read, tensors={}, samples=total - read, findings=findings)
+
+    return Opened(base.columns, chunks(), expected_rows=total, extra=base.extra)
+
+
 class Hdf5Format(Format):
     name = "hdf5"
     extensions = (".h5", ".hdf5", ".hdf")
@@ -179,11 +218,22 @@ class Hdf5Format(Format):
 
         fh = h5py.File(unit.path, "r")
         datasets: list[tuple[str, Any]] = []
+        fill_findings: list[Finding] = []
 
         def visit(name: str, obj: Any) -> None:
             if isinstance(obj, h5py.Dataset):
                 datasets.append((name, obj))
 
         fh.visititems(visit)
-        sources = [_h5_source(name, ds) for name, ds in datasets]
-        return opened(sources, close=fh.close)
+        sources, unwritten = [], []
+        for name, ds in datasets:
+            src = _h5_source(name, ds)
+            if src.read is not None and src.shape and _never_written(ds):
+                unwritten.append(Source(name, src.shape, src.dtype, src.itemsize, None))
+                sources.append(unwritten[-1])
+                fill_findings.extend(_fill_findings(unit.path, name, ds))
+            else:
+                sources.append(src)
+        if not unwritten:
+            return opened(sources, close=fh.close)
+        return _with_fill_rows(opened(sources, close=fh.close), unwritten, fill_findings)

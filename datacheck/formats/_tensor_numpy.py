@@ -9,18 +9,20 @@ member may not claim to inflate far beyond its compressed size (zip bomb guard).
 
 from __future__ import annotations
 
+import math
 import mmap
+import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from datacheck.formats import Format, Opened, WorkUnit
+from datacheck.formats import MEMORY_SHARE, Format, Opened, WorkUnit, memory_budget, mib
 from datacheck.formats._tensor_common import (
     BOMB_FLOOR,
+    CHUNK_BYTES,
     MAX_INFLATE_RATIO,
-    MAX_MEMBER_BYTES,
     Source,
     TensorFileError,
     check_unique,
@@ -119,10 +121,53 @@ def _read_exact(fp: Any, n: int, what: str) -> np.ndarray:
     return buf
 
 
+def _fortran_on_disk(
+    fp: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, unit_bytes: float
+) -> np.ndarray:
+    """A Fortran-order member as a C-order array in an unlinked temporary file (mapped), read
+    a block at a time: its samples are strided across the whole member, so streaming them
+    would read it once per chunk, and reading it whole took its size in memory."""
+    need = math.prod(shape) * dtype.itemsize
+    if need > unit_bytes:
+        raise TensorFileError(
+            f"member {name!r}: a Fortran-order array of {need} bytes, over the {mib(unit_bytes)} "
+            "a unit may hold (raise --unit-memory-mb to read it)"
+        )
+    with tempfile.TemporaryFile(prefix="datacheck-npz-") as tmp:
+        tmp.truncate(need)
+        out = np.memmap(tmp, dtype=dtype, mode="r+", shape=shape)
+    _fill(out.T, fp, f"member {name!r}")  # the file's order is the transpose's C order
+    out.flush()
+    return out
+
+
+def _fill(view: np.ndarray, fp: Any, what: str) -> None:
+    """Fill ``view`` in its C order from ``fp``, at most :data:`CHUNK_BYTES` per read."""
+    itemsize = view.dtype.itemsize
+    if view.ndim <= 1:
+        step = max(1, CHUNK_BYTES // itemsize)
+        for j in range(0, len(view), step):
+            k = min(step, len(view) - j)
+            view[j : j + k] = _read_exact(fp, k * itemsize, what).view(view.dtype)
+        return
+    per = math.prod(view.shape[1:]) * itemsize
+    if per > CHUNK_BYTES:
+        for j in range(view.shape[0]):
+            _fill(view[j], fp, what)
+        return
+    step = max(1, CHUNK_BYTES // max(per, 1))
+    for j in range(0, view.shape[0], step):
+        k = min(step, view.shape[0] - j)
+        block = _read_exact(fp, k * per, what).view(view.dtype)
+        view[j : j + k] = block.reshape((k, *view.shape[1:]))
+
+
 class _MemberReader:
     """Streams one ``.npz`` member sample range by sample range (reads are sequential)."""
 
-    def __init__(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    def __init__(
+        self, zf: zipfile.ZipFile, info: zipfile.ZipInfo, unit_bytes: float = float("inf")
+    ) -> None:
         _check_bomb(info)
         self.name = info.filename
         self.fp = zf.open(info)
@@ -135,11 +180,10 @@ class _MemberReader:
                 f"header describes shape {self.shape} {self.dtype} ({need} bytes)"
             )
         self.whole: np.ndarray | None = None
-        if fortran or not self.shape:
-            if need > MAX_MEMBER_BYTES:
-                raise TensorFileError(
-                    f"member {self.name!r}: Fortran-order array too large to stream"
-                )
+        if fortran and need > CHUNK_BYTES:  # transposed on disk, a block at a time
+            self.whole = _fortran_on_disk(self.fp, self.shape, self.dtype, self.name, unit_bytes)
+            self._finish()
+        elif fortran or not self.shape:
             raw = _read_exact(self.fp, need, f"member {self.name!r}").view(self.dtype)
             self.whole = raw.reshape(self.shape, order="F" if fortran else "C")
             self._finish()
@@ -181,7 +225,7 @@ class NpzFormat(Format):
             if not info.filename.endswith(".npy"):
                 sources.append(Source(key, (), "bytes", 1, None))
                 continue
-            reader = _MemberReader(zf, info)
+            reader = _MemberReader(zf, info, memory_budget(options) * MEMORY_SHARE)
             dt = reader.dtype
             sources.append(Source(key, reader.shape, dt.name, dt.itemsize, reader.read))
         check_unique([s.key for s in sources], "npz")

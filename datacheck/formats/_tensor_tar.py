@@ -30,7 +30,7 @@ import numpy as np
 
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
-from datacheck.formats import Chunk, Format, Opened, WorkUnit
+from datacheck.formats import Chunk, Format, Opened, WorkUnit, memory_budget, mib
 from datacheck.formats._audio import AUDIO_EXTS, check_audio
 from datacheck.formats._image import IMAGE_EXTS, MAX_IMAGE_BYTES, DecodeError, check_image
 from datacheck.formats._tensor_common import (
@@ -103,8 +103,11 @@ class _Shard:
         columns: dict[str, str],
         path: str = "",
         media: MediaSchema | None = None,
+        budget: float = float("inf"),
     ) -> None:
         self.tf, self.mf, self.columns = tf, mf, columns
+        self.budget = budget
+        """Bytes a decoded member may take (:func:`datacheck.formats.memory_budget`)."""
         self.path, self.media = path, media or MediaSchema()
         self.problems: list[str] = []
         self.found: list[Finding] = []
@@ -217,7 +220,16 @@ class _Shard:
         self.columns.setdefault(col, arr.dtype.name)
         return {col: arr}
 
+    def _fits(self, m: tarfile.TarInfo) -> None:
+        """Refuse a member whose declared size is past the unit's budget, before reading it."""
+        if m.size > self.budget:
+            raise TensorFileError(
+                f"{m.size} bytes declared, over the {mib(self.budget)} a unit may decode at "
+                "once (raise --unit-memory-mb to read it)"
+            )
+
     def _bytes(self, m: tarfile.TarInfo, cap: int) -> bytes:
+        self._fits(m)
         if m.size > cap:
             raise TensorFileError(
                 f"{m.size} bytes, above the {cap}-byte limit for this member type"
@@ -241,6 +253,7 @@ class _Shard:
             raise TensorFileError(f"truncated: {got} of {m.size} bytes")
 
     def _npy(self, m: tarfile.TarInfo) -> np.ndarray:
+        self._fits(m)  # mapped or not, its samples are stacked into a chunk: a copy
         if self.mf is None:
             data, base = self._bytes(m, MAX_MEMBER_BYTES), 0
         else:
@@ -289,5 +302,6 @@ class TarFormat(Format):
         tf = tarfile.open(unit.path, "r:*")  # noqa: SIM115 - closed when its chunks end
         mf = None if compressed else MappedFile(unit.path)
         columns: dict[str, str] = {}
-        shard = _Shard(tf, mf, columns, unit.path, media_rules(options))
+        budget = memory_budget(options)
+        shard = _Shard(tf, mf, columns, unit.path, media_rules(options), budget)
         return Opened(columns, shard.chunks())

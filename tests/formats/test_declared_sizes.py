@@ -85,9 +85,9 @@ def test_2_40_values_in_650_bytes_are_refused_by_the_pages_they_need(tmp_path: P
 
 
 def test_a_value_that_inflates_past_the_bound_is_refused(tmp_path: Path) -> None:
-    """A few KB of zstd that decode to one string of 4x the unit's budget."""
+    """A few KB of zstd that decode to one string past the unit's budget (16 MiB)."""
     path = tmp_path / "bomb.parquet"
-    big = "a" * (SMALL_MB << 20)
+    big = "a" * (20 << 20)
     pq.write_table(pa.table({"s": [big], "x": [1.0]}), path, compression="zstd")
     assert path.stat().st_size < 64 << 10
     entry = _scan(path, tmp_path)
@@ -126,3 +126,72 @@ def test_a_plaintext_footer_with_encrypted_columns_is_found_without_pyarrow(
     fake = data[: -8 - n] + bytes(footer) + struct.pack("<i", len(footer)) + b"PAR1"
     path.write_bytes(fake)
     assert encrypted_columns(str(path))
+
+
+# -- tensors: members and fill values ---------------------------------------------------------
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def test_a_tar_gz_member_declaring_more_than_the_budget_is_refused(tmp_path: Path) -> None:
+    import tarfile
+
+    path = tmp_path / "shard.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, arr in [("s0.x.npy", np.zeros(4)), ("s1.x.npy", np.zeros(SMALL_MB << 17))]:
+            data = _npy_bytes(arr)  # the second: 64 MiB of zeros, a few KB compressed
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    assert path.stat().st_size < 1 << 20
+    entry = _scan(path, tmp_path)
+    _refused(entry, "s1.x.npy")
+    assert "over the 16 MiB a unit may decode at once" in entry["error"]
+
+
+def test_fortran_order_npz_members_stream_through_a_file_with_exact_findings(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((300_000, 8)).astype(np.float32)  # 9.6 MB: past a chunk
+    a[::7, 3] = NAN
+    a[5] = np.inf
+    b = rng.standard_normal((100_000, 2, 3))
+    b[::11, 1, 2] = NAN
+    fortran, c_order = tmp_path / "f.npz", tmp_path / "c.npz"
+    np.savez(fortran, a=np.asfortranarray(a), b=np.asfortranarray(b))
+    np.savez_compressed(c_order, a=a, b=b)  # the oracle: C order, deflated
+    got = _scan(fortran, tmp_path / "f")
+    want = _scan(c_order, tmp_path / "c")
+    assert got["status"] == "flagged" and got["counts"] == want["counts"]
+    assert got["counts"] == {"inf": 8, "nan": int(np.isnan(a).sum() + np.isnan(b).sum())}
+
+
+def test_a_fortran_member_past_the_unit_bound_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.npz"
+    np.savez(path, a=np.asfortranarray(np.zeros((1 << 18, 16))))  # 32 MiB, stored
+    entry = _scan(path, tmp_path, isolate=False, unit_memory_mb=16)
+    _refused(entry, "a Fortran-order array of 33554432 bytes, over the 16 MiB")
+
+
+def test_an_hdf5_dataset_never_written_is_one_finding_from_its_fill_value(
+    tmp_path: Path,
+) -> None:
+    h5py = __import__("pytest").importorskip("h5py")
+    path = tmp_path / "fill.h5"
+    with h5py.File(path, "w") as h:  # 4 TiB of NaN declared in a 2 KB file
+        h.create_dataset("big", shape=(1 << 30, 1024), dtype="f4", chunks=(1024, 64), fillvalue=NAN)
+        h.create_dataset("zeros", shape=(1 << 20,), dtype="f8", chunks=(4096,))
+        h.create_dataset("x", data=np.array([1.0, np.inf, 3.0]))
+    report = datacheck.scan(str(path), out=tmp_path / "out", workers=1, unit_memory_mb=SMALL_MB)
+    (entry,) = report.data["files"]
+    assert entry["status"] == "flagged" and entry["rows"] == 1 << 30
+    assert entry["counts"] == {"inf": 1, "nan": 1 << 40}
+    f = report.findings
+    (big,) = f[f["column"] == "big"].itertuples()
+    assert big.check == "nan" and big.value.startswith("never written: all 1099511627776 values")
+    assert f[f["column"] == "x"]["row"].tolist() == [1]
