@@ -9,9 +9,8 @@ them truncated, then, in ONE run, times each variant in a fresh subprocess (the 
    ``Image.open(...).load()`` (the decode a DataLoader worker does), ``imap_unordered`` with
    chunks of 32 files;
 2. scan:  ``datacheck.scan(folder, executor="processes", workers=--workers)``: every image
-   decoded, report and manifest written; both truncated files must be ``corrupt``;
-3. scan_unisolated: the same with ``isolate=False`` (a process pool keeping two units per
-   worker in flight, instead of crash-isolated workers that run one unit per round trip).
+   decoded in crash-isolated workers (small units queued several deep per worker), report and
+   manifest written; both truncated files must be ``corrupt``.
 
 Both variants include starting their worker processes.  Results: ``results/images.json``.
 
@@ -85,26 +84,20 @@ def floor(args: list[str]) -> dict:
     return {"images": len(files), "bad": len(files) - ok}
 
 
-def scan(args: list[str], isolate: bool = True) -> dict:
+def scan(args: list[str]) -> dict:
     import datacheck
 
     root, workers = args[0], int(args[1])
     out = tempfile.mkdtemp()
     try:
-        report = datacheck.scan(
-            root, out=out, executor="processes", workers=workers, isolate=isolate
-        )
+        report = datacheck.scan(root, out=out, executor="processes", workers=workers)
         status = report.data["summary"]["status"]
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {"images": sum(status.values()), "bad": status["corrupt"]}
 
 
-def scan_unisolated(args: list[str]) -> dict:
-    return scan(args, isolate=False)
-
-
-VARIANTS = {"floor": floor, "scan": scan, "scan_unisolated": scan_unisolated}
+VARIANTS = {"floor": floor, "scan": scan}
 
 
 def main() -> None:
@@ -129,7 +122,6 @@ def main() -> None:
                 for name, r in (
                     ("plain Pillow decode loop (floor)", best["floor"]),
                     ("datacheck scan (isolated workers, the default)", best["scan"]),
-                    ("datacheck scan --no-isolation (process pool)", best["scan_unisolated"]),
                 )
             ],
             title=f"{opts.images} JPEGs {SIZE[0]}x{SIZE[1]} ({mb:.0f} MB), {opts.workers} workers",

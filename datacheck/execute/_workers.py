@@ -1,15 +1,18 @@
 """Isolated worker processes: units run where a crashing reader cannot take the scan down.
 
-Each worker is a spawned child process that runs one unit at a time, sent over a pipe.  The
-parent watches every busy worker's pipe and process sentinel, and a unit ends in one of four
-ways:
+Each worker is a child process that runs one unit at a time, sent over a pipe.  Small units are
+queued a few deep behind the running one (:data:`QUEUE_UNITS`, :data:`QUEUE_BYTES`), so a
+worker never waits on the parent between them: a folder of JPEGs is thousands of units of a
+millisecond each.  The parent watches every busy worker's pipe and process sentinel, and a
+unit ends in one of four ways:
 
 - a result comes back;
 - the unit function raised (a datacheck bug, since reader errors are already findings): the
   exception is re-raised here, with the worker's traceback as its cause;
 - the worker process died (a segfault or abort in a native reader, the OOM killer): the unit is
   run once more in a fresh process, and if that one dies too, the caller's ``on_poison`` builds
-  its result ("the reader crashed (SIGSEGV) on this file");
+  its result ("the reader crashed (SIGSEGV) on this file"); the units queued behind it had not
+  started and go back to the queue, blameless;
 - the unit ran past its time limit: the worker is killed and the unit is poison ("the reader
   timed out after N s"), without a retry.
 
@@ -19,9 +22,6 @@ caller scanning folder after folder), so only the first scan pays for starting t
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
-import importlib
 import math
 import multiprocessing as mp
 import os
@@ -30,15 +30,16 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import uuid
 import warnings
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from datacheck.execute._base import OnPoison, Unit, UnitFn
+from datacheck.execute._child import context, serve
 
 __all__ = ["RemoteTraceback", "memory_limit", "prestart", "run_isolated", "unit_time_limit"]
 
@@ -50,13 +51,20 @@ _MAX_IDLE = 64
 TIMEOUT_BASE_S = 300.0
 """Default time limit of a unit: this, plus one second per :data:`TIMEOUT_BYTES_PER_S`."""
 TIMEOUT_BYTES_PER_S = 4 << 20
-PARENT_CHECK_S = 2.0
-"""How often an idle worker checks that the process that started it is still there."""
 MEMORY_POLL_S = 0.2
 """How often a busy worker's memory is read against its limit."""
 MIN_MEMORY = 2 << 30
 STARTUP_S = 120.0
 """Extra time a worker has to start and import before its unit's time limit counts."""
+QUEUE_UNITS = 8
+"""Units a worker may hold queued behind the one it runs, when they are small."""
+QUEUE_BYTES = 8 << 20
+"""Data (of the units' own sizes) a worker may hold queued: past this a unit is long enough
+that a round trip to the parent costs nothing, and queueing it would only unbalance the end of
+the scan (a worker idle while another still has a big unit waiting)."""
+QUEUE_PICKLE = 32 << 10
+"""Pickled bytes of queued units a pipe may hold: far below the socket's buffer, so a send to a
+busy worker never blocks while that worker blocks sending its result back."""
 
 
 def unit_time_limit(unit: Unit, unit_timeout: float | None) -> float:
@@ -103,61 +111,6 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.text}"""'
 
 
-def _import_all(modules: Sequence[str]) -> None:
-    for name in modules:
-        with contextlib.suppress(Exception):  # a module that fails shows up when a unit needs it
-            importlib.import_module(name)
-
-
-def _context() -> dict[str, Any]:
-    """What a worker kept from an earlier run must match here: environment, folder, path."""
-    return {"env": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path)}
-
-
-def _enter(context: dict[str, Any]) -> None:
-    if os.environ != context["env"]:
-        os.environ.clear()
-        os.environ.update(context["env"])
-    os.chdir(context["cwd"])
-    sys.path[:] = context["path"]
-
-
-def _serve(conn: Connection, preload: tuple[str, ...]) -> None:
-    """A worker's loop: receive the function once per run, then units; send back results."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has the parent's handler
-    if not os.environ.get("PYTHONFAULTHANDLER"):  # a crash on a damaged file is a finding:
-        faulthandler.disable()  # no dump of a forked worker's stack on the user's terminal
-    _import_all(preload)
-    fn: Any = None
-    parent = os.getppid()
-    while True:
-        try:
-            if not conn.poll(PARENT_CHECK_S):
-                if os.getppid() != parent:  # killed outright: a forked sibling may still hold
-                    return  # our pipe's other end open, so no EOF would ever come
-                continue
-            msg = conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            return
-        if msg[0] == "stop":
-            return
-        if msg[0] == "fn":
-            _enter(msg[3])
-            _import_all(msg[2])
-            fn = pickle.loads(msg[1])
-            continue
-        conn.send(("start",))  # the time limit counts from here, not from our own start-up
-        try:
-            reply: tuple[Any, ...] = ("ok", fn(msg[1]))
-        except Exception as exc:  # noqa: BLE001 - sent to the parent, which re-raises it
-            reply = ("error", exc, traceback.format_exc())
-        try:
-            conn.send(reply)
-        except Exception:  # noqa: BLE001 - an unpicklable result or exception
-            conn.send(("error", None, traceback.format_exc()))
-
-
 def _start_method() -> Any:
     """``fork`` while this process runs no other Python thread (a CLI scan: the worker starts
     with everything imported, in milliseconds), else ``spawn`` (a notebook or a dask client:
@@ -168,38 +121,95 @@ def _start_method() -> Any:
     return _SPAWN
 
 
+@dataclass
+class _Job:
+    """A unit sent to a worker: its place in the run, its time limit, what it weighs."""
+
+    index: int
+    unit: Any
+    limit: float
+    size: int
+    """The unit's data per part (bytes): how long it may keep the worker busy."""
+    message: bytes
+    """The pickled message: its length is what it holds of the pipe while queued."""
+
+
 class _Worker:
-    """One worker process, its pipe, and the unit it is running (if any)."""
+    """One worker process, its pipe, and the units sent to it: the first is running, the
+    others are queued behind it (the worker reads the next as soon as it sends a result)."""
 
     def __init__(self, preload: tuple[str, ...]) -> None:
         ctx = _start_method()
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(
-            target=_serve, args=(child, preload), daemon=True, name="datacheck-worker"
+            target=serve, args=(child, preload), daemon=True, name="datacheck-worker"
         )
         with warnings.catch_warnings():  # Python >= 3.12 warns about fork beside any thread
             warnings.simplefilter("ignore", DeprecationWarning)
             self.proc.start()
         child.close()
         self.base_memory = 0
-        """Anonymous memory the worker held when its unit started (a forked worker shares
-        its parent's pages): the memory limit counts what the unit adds."""
+        """Anonymous memory the worker held between units (a forked worker shares its
+        parent's pages): the memory limit counts what a unit adds."""
+        self.measured = {True: -math.inf, False: -math.inf}
+        """When the base (True) and the memory in use (False) were last read: each at most
+        every :data:`MEMORY_POLL_S` (/proc is read once per poll, not once per unit)."""
         self.conn: Connection = parent
         self.fn_token = ""
-        self.index = -1
-        self.unit: Any = None
-        self.limit = math.inf
+        self.jobs: deque[_Job] = deque()
         self.deadline = math.inf
+
+    @property
+    def job(self) -> _Job:
+        """The unit running (the first sent and not finished)."""
+        return self.jobs[0]
 
     def assign(self, token: str, payload: bytes, modules: tuple[str, ...]) -> None:
         if self.fn_token != token:
-            self.conn.send(("fn", payload, modules, _context()))
+            self.conn.send(("fn", payload, modules, context()))
             self.fn_token = token
 
-    def run(self, index: int, unit: Any, limit: float) -> None:
-        self.index, self.unit, self.limit = index, unit, limit
-        self.deadline = time.monotonic() + limit + STARTUP_S
-        self.conn.send(("unit", unit))
+    def room_for(self, job: _Job) -> bool:
+        """Whether ``job`` may go to this worker now: at once when it is idle; queued behind
+        small units only, within :data:`QUEUE_UNITS`, :data:`QUEUE_BYTES`, :data:`QUEUE_PICKLE`."""
+        if not self.jobs:
+            return True
+        queued = list(self.jobs)[1:]
+        return (
+            len(queued) < QUEUE_UNITS
+            and sum(j.size for j in self.jobs) + job.size <= QUEUE_BYTES
+            and sum(len(j.message) for j in queued) + len(job.message) <= QUEUE_PICKLE
+        )
+
+    def run(self, job: _Job) -> None:
+        self.conn.send_bytes(job.message)
+        if not self.jobs:  # it starts now, maybe in a worker still starting up
+            self.deadline = time.monotonic() + job.limit + STARTUP_S
+            self._measure(base=True)
+        self.jobs.append(job)
+
+    def finished(self) -> _Job:
+        """The first unit's result came back: the next one, queued, starts now."""
+        job = self.jobs.popleft()
+        self.deadline = time.monotonic() + self.job.limit if self.jobs else math.inf
+        if self.jobs:
+            self._measure(base=True)
+        return job
+
+    def over(self, memory: float) -> bool:
+        """Whether the running unit holds more than ``memory`` bytes beyond the base."""
+        used = self._measure(base=False)
+        return used is not None and used - self.base_memory > memory
+
+    def _measure(self, base: bool) -> int | None:
+        now = time.monotonic()
+        if now - self.measured[base] < MEMORY_POLL_S:
+            return None
+        self.measured[base] = now
+        used = _anon_bytes(self.proc.pid)
+        if base:
+            self.base_memory = used
+        return used
 
     def alive(self) -> bool:
         return self.proc.is_alive() and not self.conn.closed
@@ -307,17 +317,28 @@ def run_isolated(
     idle = _take(size, modules)
     busy: dict[Connection, _Worker] = {}
     memory = memory_limit(workers, unit_memory)
+
+    def job(i: int) -> _Job:
+        per_part = units[i].size // max(units[i].n_parts, 1)
+        message = pickle.dumps(("unit", units[i]), protocol=pickle.HIGHEST_PROTOCOL)
+        return _Job(i, units[i], unit_time_limit(units[i], unit_timeout), per_part, message)
+
     try:
         while todo or busy:
-            while todo and (idle or len(busy) < size):
-                w = idle.pop() if idle else _Worker(modules)  # a fresh one after a death
-                i = todo.popleft()
+            while todo:
+                nxt = job(todo[0])
+                w = _next_worker(nxt, idle, busy, size, modules)
+                if w is None:
+                    break
+                todo.popleft()
                 try:
                     w.assign(token, payload, modules)
-                    w.run(i, units[i], unit_time_limit(units[i], unit_timeout))
-                except OSError:  # it died while idle: start another for this unit
+                    w.run(nxt)
+                except OSError:  # it died: start another for this unit, or (busy) notice below
+                    todo.appendleft(nxt.index)
+                    if w.jobs:
+                        break
                     w.kill()
-                    todo.appendleft(i)
                     continue
                 busy[w.conn] = w
             yield from _collect(busy, idle, todo, crashes, on_poison, memory)
@@ -325,6 +346,23 @@ def run_isolated(
         for w in busy.values():  # an early close, Ctrl-C, SIGTERM: abandon the running units
             w.kill()
         _keep(idle)
+
+
+def _next_worker(
+    job: _Job,
+    idle: list[_Worker],
+    busy: dict[Connection, _Worker],
+    size: int,
+    modules: tuple[str, ...],
+) -> _Worker | None:
+    """Where ``job`` goes: an idle worker, a fresh one (after a death), else the busy worker
+    with the shortest queue that has room for it; None when it must wait."""
+    if idle:
+        return idle.pop()
+    if len(busy) < size:
+        return _Worker(modules)
+    fits = [w for w in busy.values() if w.room_for(job)]
+    return min(fits, key=lambda w: len(w.jobs)) if fits else None
 
 
 def _collect(
@@ -335,45 +373,76 @@ def _collect(
     on_poison: OnPoison,
     memory: float = math.inf,
 ) -> Iterator[Any]:
-    """Wait for the next busy workers to finish, die, run out of time or of memory; yield
-    what ends."""
+    """Wait for the next busy workers to finish units, die, run out of time or of memory;
+    yield what ends."""
     now = time.monotonic()
     timeout = max(0.0, min(w.deadline for w in busy.values()) - now)
     if not math.isinf(memory):
         timeout = min(timeout, MEMORY_POLL_S)
     sentinels = {w.proc.sentinel: w for w in busy.values()}
     ready = wait([*busy, *sentinels], timeout=None if math.isinf(timeout) else timeout)
-    ended = {busy[r] if r in busy else sentinels[r] for r in ready}
-    for w in ended:
+    for w in {busy[r] if r in busy else sentinels[r] for r in ready}:
+        yield from _drain(w, busy, idle, todo, crashes, on_poison)
+    now = time.monotonic()
+    for w in list(busy.values()):
+        if w.deadline <= now:
+            yield _end(w, busy, todo, on_poison, f"the reader timed out after {w.job.limit:g} s")
+        elif not math.isinf(memory) and w.over(memory):
+            mib = memory / (1 << 20)
+            message = f"the reader needed more than {mib:,.0f} MiB on this file"
+            yield _end(w, busy, todo, on_poison, message)
+
+
+def _drain(
+    w: _Worker,
+    busy: dict[Connection, _Worker],
+    idle: list[_Worker],
+    todo: deque[int],
+    crashes: Counter[int],
+    on_poison: OnPoison,
+) -> Iterator[Any]:
+    """The results ``w`` sent back; then, if it died, its running unit is run once more in a
+    fresh process (or is poison the second time), and the units queued behind it run again."""
+    while w.jobs:
         msg = _receive(w)
-        if msg is not None and msg[0] == "start":
-            w.deadline = time.monotonic() + w.limit
-            w.base_memory = _anon_bytes(w.proc.pid)
-            continue
-        del busy[w.conn]
-        if msg is None:  # the process died with the unit
-            crashes[w.index] += 1
+        if msg is None:
+            if w.proc.is_alive():
+                return  # nothing more yet
+            msg = _receive(w)  # what it sent just before dying
+        if msg is None:
+            crashes[w.job.index] += 1
             cause = w.cause_of_death()
-            if crashes[w.index] < 2:
-                todo.appendleft(w.index)  # once more, in a fresh process
-                continue
-            yield on_poison(w.unit, f"the reader crashed ({cause}) on this file")
-            continue
-        idle.append(w)
+            if crashes[w.job.index] < 2:
+                _requeue(w, busy, todo, head=True)  # once more, in a fresh process
+                return
+            yield _end(w, busy, todo, on_poison, f"the reader crashed ({cause}) on this file")
+            return
+        w.finished()
         if msg[0] == "error":
             _raise_remote(msg)
         yield msg[1]
-    now = time.monotonic()
-    for conn, w in list(busy.items()):
-        if w.deadline <= now:
-            del busy[conn]
-            w.kill()
-            yield on_poison(w.unit, f"the reader timed out after {w.limit:g} s")
-        elif not math.isinf(memory) and _anon_bytes(w.proc.pid) - w.base_memory > memory:
-            del busy[conn]
-            w.kill()
-            mib = memory / (1 << 20)
-            yield on_poison(w.unit, f"the reader needed more than {mib:,.0f} MiB on this file")
+    del busy[w.conn]
+    idle.append(w)
+
+
+def _requeue(w: _Worker, busy: dict[Connection, _Worker], todo: deque[int], head: bool) -> None:
+    """Drop the ended worker ``w``; its queued units (that never started) run again."""
+    del busy[w.conn]
+    w.kill()
+    jobs = list(w.jobs) if head else list(w.jobs)[1:]
+    todo.extendleft(reversed([j.index for j in jobs]))
+
+
+def _end(
+    w: _Worker,
+    busy: dict[Connection, _Worker],
+    todo: deque[int],
+    on_poison: OnPoison,
+    message: str,
+) -> Any:
+    """Kill ``w`` for its first unit, which is poison (``message``); the rest run again."""
+    _requeue(w, busy, todo, head=False)
+    return on_poison(w.job.unit, message)
 
 
 def _receive(w: _Worker) -> tuple[Any, ...] | None:

@@ -80,7 +80,7 @@ def _buggy(unit: int) -> int:
 
 
 def _poison(unit: object, message: str) -> str:
-    return f"poison {unit}: {message}"
+    return f"poison {unit!r}: {message}"
 
 
 def test_an_exception_in_the_unit_function_is_raised_with_the_worker_traceback() -> None:
@@ -98,6 +98,9 @@ class _U:
     def __init__(self, i: int) -> None:
         self.i = i
 
+    def __repr__(self) -> str:
+        return str(self.i)
+
 
 def _call(fn, unit: _U):  # type: ignore[no-untyped-def]
     return fn(unit.i)
@@ -114,3 +117,54 @@ def test_workers_are_reused_by_the_next_run_and_none_is_this_process() -> None:
     assert first == second and os.getpid() not in first and len(first) == 1
     here = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison, isolate=False))
     assert here == {os.getpid()}
+
+
+def _dies_or_hangs(unit: int) -> int:
+    if unit == 5:
+        os.abort()  # a native crash, every time
+    if unit == 11:
+        import time
+
+        time.sleep(60)  # past its time limit
+    return unit * 10
+
+
+def test_units_queued_behind_a_crash_or_a_hang_run_again_unblamed() -> None:
+    """Small units are queued several deep per worker: when the running one crashes or hangs,
+    only it is poison; every unit queued behind it runs, each exactly once."""
+    units = [_U(i) for i in range(40)]
+    got = list(
+        run_units(
+            partial(_call, _dies_or_hangs), units, "processes", 2, on_poison=_poison, unit_timeout=3
+        )
+    )
+    poison = sorted(g for g in got if isinstance(g, str))
+    assert poison == [
+        "poison 11: the reader timed out after 3 s",
+        "poison 5: the reader crashed (SIGABRT) on this file",
+    ]
+    assert sorted(g for g in got if isinstance(g, int)) == [
+        i * 10 for i in range(40) if i not in (5, 11)
+    ]
+
+
+def test_small_units_are_queued_behind_the_running_one_big_ones_are_not() -> None:
+    from datacheck.execute._workers import QUEUE_BYTES, QUEUE_UNITS, _Job, _Worker
+
+    w = _Worker(())
+    try:
+        small = [_Job(i, None, 1.0, 1 << 10, b"x" * 100) for i in range(12)]
+        assert w.room_for(small[0])
+        w.jobs.append(small[0])
+        queued = 0
+        for job in small[1:]:
+            if not w.room_for(job):
+                break
+            w.jobs.append(job)
+            queued += 1
+        assert queued == QUEUE_UNITS  # behind the running one
+        w.jobs.clear()
+        w.jobs.append(_Job(0, None, 1.0, QUEUE_BYTES, b"x"))
+        assert not w.room_for(small[1])  # behind a big unit nothing waits
+    finally:
+        w.kill()

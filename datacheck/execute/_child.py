@@ -1,0 +1,78 @@
+"""What runs inside an isolated worker process: receive the unit function, then units; send
+back one result per unit, in order (the parent queues small units several deep).
+
+Only this side runs in the child; :mod:`~datacheck.execute._workers` is the parent's side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import importlib
+import os
+import pickle
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["PARENT_CHECK_S", "context", "serve"]
+
+PARENT_CHECK_S = 2.0
+"""How often an idle worker checks that the process that started it is still there."""
+
+
+def _import_all(modules: Sequence[str]) -> None:
+    for name in modules:
+        with contextlib.suppress(Exception):  # a module that fails shows up when a unit needs it
+            importlib.import_module(name)
+
+
+def context() -> dict[str, Any]:
+    """What a worker kept from an earlier run must match here: environment, folder, path."""
+    return {"env": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path)}
+
+
+def _enter(context: dict[str, Any]) -> None:
+    if os.environ != context["env"]:
+        os.environ.clear()
+        os.environ.update(context["env"])
+    os.chdir(context["cwd"])
+    sys.path[:] = context["path"]
+
+
+def serve(conn: Connection, preload: tuple[str, ...]) -> None:
+    """A worker's loop: receive the function once per run, then units; send back results."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has the parent's handler
+    if not os.environ.get("PYTHONFAULTHANDLER"):  # a crash on a damaged file is a finding:
+        faulthandler.disable()  # no dump of a forked worker's stack on the user's terminal
+    _import_all(preload)
+    fn: Any = None
+    parent = os.getppid()
+    while True:
+        try:
+            if not conn.poll(PARENT_CHECK_S):
+                if os.getppid() != parent:  # killed outright: a forked sibling may still hold
+                    return  # our pipe's other end open, so no EOF would ever come
+                continue
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if msg[0] == "stop":
+            return
+        if msg[0] == "fn":
+            _enter(msg[3])
+            _import_all(msg[2])
+            fn = pickle.loads(msg[1])
+            continue
+        try:
+            reply: tuple[Any, ...] = ("ok", fn(msg[1]))
+        except Exception as exc:  # noqa: BLE001 - sent to the parent, which re-raises it
+            reply = ("error", exc, traceback.format_exc())
+        try:
+            conn.send(reply)
+        except Exception:  # noqa: BLE001 - an unpicklable result or exception
+            conn.send(("error", None, traceback.format_exc()))
