@@ -111,7 +111,9 @@ def main() -> None:
         paths = write_folder(tmp / "imgs", opts.images)
         mb = sum(p.stat().st_size for p in paths) / 2**20
         load = list(os.getloadavg())
-        best = interleaved(__file__, list(VARIANTS), [str(tmp / "imgs"), str(opts.workers)])
+        best = interleaved(
+            __file__, list(VARIANTS), [str(tmp / "imgs"), str(opts.workers)], rounds=opts.rounds
+        )
         for v in best.values():
             assert v["bad"] == 2, v
         fl, sc = best["floor"]["seconds"], best["scan"]["seconds"]
