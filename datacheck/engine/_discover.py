@@ -64,6 +64,19 @@ def _dataset_metadata(path: str) -> bool:
     return path.endswith(".json") and (is_mds_index(path) or is_hf_metadata(path))
 
 
+def _compressed_copies(files: dict[str, str]) -> list[tuple[str, str]]:
+    """(compressed MDS shard, its decompressed copy) pairs among ``files``: MosaicML
+    Streaming's local cache keeps both with ``keep_zip``, and reads the decompressed one."""
+    from datacheck.formats._mds_zip import CODECS
+
+    pairs = []
+    for path in files:
+        stem, _, codec = path.rpartition(".")
+        if codec in CODECS and stem.endswith(".mds") and stem in files:
+            pairs.append((path, stem))
+    return pairs
+
+
 def _is_data(path: str) -> bool:
     name = os.path.basename(path)
     if _skip_file(name) or _dataset_metadata(path):
@@ -214,6 +227,11 @@ def discover_files(
                 seen.setdefault(os.path.normpath(match), str(p.parent))
     for path in [p for p in seen if p.endswith(".bin") and p[: -len(".bin")] + ".idx" in seen]:
         del seen[path]  # a Megatron pair is one dataset, read from its .idx
+    for path, raw in _compressed_copies(seen):
+        del seen[path]  # streaming's keep_zip cache: the shard is read from its raw copy
+        rules.ignore(
+            path, f"the compressed copy of {os.path.basename(raw)}, which is read", ignored
+        )
     if not seen:
         refused = "; ".join(f"{p!r}: {why}" for p, why in sorted(rules.reasons.items())[:3])
         raise InputError(

@@ -74,8 +74,12 @@ def shard_codec(path: str, entry: Mapping[str, Any] | None) -> str | None:
     Raises:
         TensorFileError: the index and the file name disagree.
     """
-    ext = path.rsplit(".", 1)[-1].lower()
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    ext = name.rsplit(".", 1)[-1].lower()
     by_name = ext if ext in CODECS else None
+    raw = (entry or {}).get("raw_data")
+    if isinstance(raw, dict) and raw.get("basename") == name:
+        return None  # the decompressed copy (streaming's keep_zip cache keeps both)
     declared = (entry or {}).get("compression")
     if not isinstance(declared, str) or not declared:
         return by_name

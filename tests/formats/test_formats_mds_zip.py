@@ -150,3 +150,20 @@ def test_codec_without_its_package_names_the_extra(
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     with pytest.raises(TensorFileError, match=r"pip install 'datacheck-ml\[media\]'"):
         fmt.open(WorkUnit(path, "mds", 0, 0.0), {})
+
+
+def test_keep_zip_cache_is_read_once_from_the_raw_shard(tmp_path: Path) -> None:
+    """Streaming's local cache with ``keep_zip=True`` holds both files of a shard."""
+    folder = write_mds(tmp_path / "mds", compression="zstd")
+    (folder / "shard.00000.mds").write_bytes(mds_shard_bytes())
+    report = scan(folder)
+    (entry,) = report.data["files"]
+    assert Path(entry["path"]).name == "shard.00000.mds" and entry["rows"] == 20
+    assert sorted(Path(p).name for p in report.data["ignored"]) == [
+        "index.json",
+        "shard.00000.mds.zstd",
+    ]
+    reasons = {Path(p).name: why for p, why in report.data["ignored_why"].items()}
+    assert reasons == {
+        "shard.00000.mds.zstd": "the compressed copy of shard.00000.mds, which is read"
+    }
