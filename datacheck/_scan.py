@@ -50,7 +50,10 @@ class ScanConfig:
     unit_memory_mb: int | None = None
     """MiB of memory a worker may hold while reading one unit before the file is reported
     ``corrupt`` (0: no limit; default: half this machine's memory shared by the workers, at
-    least 2 GiB).  Not enforced on ``distributed`` or with ``isolate=False``."""
+    least 2 GiB).  Not enforced on ``distributed`` or with ``isolate=False``.  Readers also
+    check what a file declares against a quarter of it (2 GiB when unset) before allocating:
+    a row group, a value or a member past that is streamed, or refused as ``corrupt`` with
+    the reason when it cannot be (:func:`datacheck.formats.memory_budget`)."""
     follow_symlinks: bool = False
     """Read symlinks inside input folders that lead outside them, and symlinked folders
     (otherwise listed under ``ignored`` with the reason)."""
