@@ -47,6 +47,7 @@ from datacheck.torch._guard_log import (
     quarantine_records,
 )
 from datacheck.torch._guard_policy import Escalation, Plan, Policy
+from datacheck.torch._guard_state import GoodStates
 from datacheck.torch._guard_types import (
     Action,
     ExcludingLoader,
@@ -54,15 +55,13 @@ from datacheck.torch._guard_types import (
     StepResult,
     TrainingStopped,
 )
-from datacheck.torch._snapshots import SnapshotStore, capture_state, restore_state
+from datacheck.torch._snapshots import SnapshotStore
 from datacheck.torch._syncfree import MaskedStep
 
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
 
-_STATE_VERSION = 1
 
-
-class TrainingGuard(DeviceDecisions):
+class TrainingGuard(DeviceDecisions, GoodStates):
     """Guards optimizer steps against NaN/Inf, loss spikes and divergence.
 
     Example:
@@ -211,7 +210,7 @@ class TrainingGuard(DeviceDecisions):
             plan.add("data_skip", "info", left=self._skip_pending)
             return self._finish(step, plan, math.nan, math.nan)
         if not len(self._snaps) and self.config.checkpoint_every:
-            self._snapshot(step)  # always a state to roll back to: the one before this step
+            self._snaps.save(step, self._state())  # always a state to roll back to: this one
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self._params if p.grad is not None]
@@ -300,11 +299,10 @@ class TrainingGuard(DeviceDecisions):
         self._held = None  # the previous step's outliers: this step is bad too, not isolated
         policy = self._policy
         spike = plan.events[0]["kind"] == "loss_spike"
-        isolated = policy.bad_streak == 0 and policy.since_warning >= self.config.quiet_steps
         local = name_samples(
             indices,
             sample_losses,
-            outliers=isolated and (spike or self.world.rank in plan.ranks),
+            outliers=policy.settled and (spike or self.world.rank in plan.ranks),
             threshold=self._threshold if spike else None,
         )
         named = [{**s, "rank": self.world.rank} for s in local]
@@ -346,8 +344,12 @@ class TrainingGuard(DeviceDecisions):
             if plan.action.stepped:
                 self.scaler.step(self.optimizer)
         # Not scaler.step on an overflow: a rank whose own gradients were finite (no DDP) would
-        # step alone.  update() must follow unscale_ every step; it lowers the scale on Inf/NaN.
-        self.scaler.update()
+        # step alone.  update() must follow unscale_ every step; it lowers the scale on Inf/NaN,
+        # which is right for an fp16 overflow but not for a batch skipped for its loss (NaN/Inf
+        # or a spike in the forward pass): the scale is not to blame, and halving it at every
+        # bad batch underflows the gradients of the good ones.
+        keep = plan.action is Action.SKIP
+        self.scaler.update(float(self.scaler.get_scale()) if keep else None)
         if plan.action is Action.SCALER_SKIP:
             self._policy.scale_check(plan, float(self.scaler.get_scale()))
 
@@ -391,23 +393,7 @@ class TrainingGuard(DeviceDecisions):
         plan.add("stop", "error", message=msg)
         self._stop_message = msg
 
-    # -- good states -----------------------------------------------------------------------
-
-    def _snapshot(self, at: int) -> dict[str, Any]:
-        snap = self._snaps.save(at, self._state())
-        return {"at_step": snap.step, "where": str(snap.path or "memory")}
-
-    def _state(self) -> dict[str, Any]:
-        policy = self._policy
-        windows = {"loss": policy.loss.state_dict(), "grad_norm": policy.gnorm.state_dict()}
-        return capture_state(self.model, self.optimizer, self.scaler, windows)
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        windows = restore_state(state, self.model, self.optimizer, self.scaler)
-        self._policy.loss.load_state_dict(windows["loss"])
-        self._policy.gnorm.load_state_dict(windows["grad_norm"])
-
-    # -- learning rate, resume -------------------------------------------------------------
+    # -- learning rate -------------------------------------------------------------
 
     @property
     def lrs(self) -> list[float]:
@@ -430,38 +416,6 @@ class TrainingGuard(DeviceDecisions):
         """Steps skipped as NaN/Inf or loss spikes (as :func:`bad_steps` reads from the log)."""
         return frozenset(self._skipped)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The guard's own state, to save beside the model's in your checkpoint.
-
-        Holds the step count, the policy's counters and detector windows, the LR multiplier,
-        the skipped steps and the snapshot files kept on disk (in-memory snapshots are not
-        saved: a resumed guard takes a fresh one at its first step).
-        """
-        return {
-            "version": _STATE_VERSION,
-            "name": self.config.name,
-            "step": self.step_count,
-            "policy": self._policy.state(),
-            "skipped": sorted(self._skipped),
-            "snapshots": self._snaps.files(),
-            "skip_pending": self._skip_pending,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict`: steps count on, stale snapshot files are deleted,
-        and a ``resume`` record tells :func:`bad_steps` which logged steps are replayed."""
-        if state.get("version") != _STATE_VERSION:
-            raise UsageError(
-                f"TrainingGuard.load_state_dict: unknown state version {state.get('version')!r}"
-                f" (this datacheck writes {_STATE_VERSION}); pass what state_dict() returned"
-            )
-        self.step_count = int(state["step"])
-        self._policy.load(state["policy"])
-        self._skipped = {s for s in state["skipped"] if s < self.step_count}
-        self._skip_pending = int(state["skip_pending"])
-        self._snaps.adopt([(int(s), str(p)) for s, p in state["snapshots"]])
-        self._write({"step": self.step_count, "kind": "resume", "severity": "info"})
-
     # -- results and the log ---------------------------------------------------------------
 
     def _finish(self, step: int, plan: Plan, loss: float, norm: float) -> StepResult:
@@ -481,16 +435,11 @@ class TrainingGuard(DeviceDecisions):
 
     def _record(self, step: int, plan: Plan, loss: float, norm: float, at: int) -> None:
         """Snapshot and LR bookkeeping and the log lines of one step (``at``: the next step)."""
-        if plan.action.stepped:
-            if self._held is not None:
-                plan.add("samples_named", "info", samples=self._held[1][:1000])
-                self._name(*self._held)
-                self._held = None
-            snapshot, restore = self._policy.stepped()
-            if restore:
-                plan.add("lr_restored", "info", lr=self.lr)
-            if snapshot:
-                plan.add("checkpoint", "info", **self._snapshot(at))
+        if plan.action.stepped and self._held is not None:
+            plan.add("samples_named", "info", samples=self._held[1][:1000])
+            self._name(*self._held)
+            self._held = None
+        self._good_states(plan, plan.action.stepped, at, current=at == step + 1)
         if plan.action is Action.SKIP and plan.events and plan.events[0]["kind"] in SKIPPED_KINDS:
             self._skipped.add(step)
         base = {"step": step, "rank": self.world.rank, "action": plan.action.value}

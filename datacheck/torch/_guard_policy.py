@@ -14,7 +14,9 @@ the same decisions.  The policy tells bad data from divergence:
     no way out    ``max_rollbacks`` rollbacks that did not help -> stop
 
 The LR cut is restored after ``lr_restore_after`` stepped steps without a rollback; trouble
-soon after a restore puts the last cut back for good.
+soon after a restore puts the last cut back for good.  A new snapshot waits as a candidate
+until ``confirm_steps`` healthy steps followed it; two bad steps in a row (without per-sample
+evidence), a grad-norm spike or a rollback first discard it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from datacheck.checks._spike import SpikeDetector
 from datacheck.torch._guard_types import Action, GuardConfig
 
-__all__ = ["Cause", "Escalation", "Plan", "Policy"]
+__all__ = ["AfterStep", "Cause", "Escalation", "Plan", "Policy"]
 
 
 class Cause(str, enum.Enum):
@@ -60,6 +62,18 @@ class Escalation:
     """Rollbacks in a row that did not help, this one included."""
 
 
+@dataclass(frozen=True)
+class AfterStep:
+    """Bookkeeping due after a stepped step."""
+
+    commit: bool
+    """The candidate snapshot was confirmed by enough healthy steps: commit it."""
+    snapshot: bool
+    """Take a new candidate snapshot of the state now."""
+    restore: bool
+    """Restore the full learning rate now."""
+
+
 class Policy:
     """Counters and detectors behind every decision; ``state()`` / ``load()`` for resume."""
 
@@ -80,11 +94,23 @@ class Policy:
         self.rollbacks = 0
         self.since_warning = cfg.quiet_steps
         self.since_snapshot = 0
+        self.confirming: int | None = None
+        """Healthy steps since the candidate snapshot was taken (None: no candidate)."""
         self.lr_scale = 1.0
         self.since_cut = 0
         self.since_restore: int | None = None
         self.restored_from = 1.0
         self.sticky = cfg.lr_restore_after is None
+
+    @property
+    def settled(self) -> bool:
+        """No bad streak, no recent warning, no rollback within ``rollback_window`` steps: a
+        loss spike now is one batch's doing, so per-sample outliers may name its samples.  While
+        the run recovers from divergence the optimizer explains a spike; a sample that merely
+        stands out (a hard one, on a model near zero loss) is no evidence then."""
+        cfg = self.cfg
+        recovering = self.since_rollback is not None and self.since_rollback <= cfg.rollback_window
+        return self.bad_streak == 0 and self.since_warning >= cfg.quiet_steps and not recovering
 
     # -- classifying a step -------------------------------------------------------------
 
@@ -106,6 +132,8 @@ class Policy:
             event["cause"] = Cause.DATA.value
             return
         self.bad_streak += 1
+        if self.bad_streak > 1:  # a second bad step in a row: the candidate is not confirmed
+            self.discard()  # (one isolated bad batch says nothing about the weights)
         event["streak"] = self.bad_streak
         moved = self.since_rollback is None or self.since_rollback > 0
         if self.bad_streak >= self.cfg.rollback_after and moved:
@@ -137,6 +165,7 @@ class Policy:
         verdict = self.gnorm.update(norm, step=step)
         level = verdict.level
         if verdict.above:
+            self.discard()
             self.grad_streak += 1
             self.since_warning = 0
             plan.ranks = tuple(r for r, v in enumerate(norms) if bound is not None and v >= bound)
@@ -154,6 +183,8 @@ class Policy:
                 plan.escalate = True
         else:
             self.grad_streak = 0
+            if self.confirming is not None:
+                self.confirming += 1
         self.loss.update(loss, step=step)
         self.bad_streak = self.overflow_streak = 0
         self.incident = None
@@ -196,9 +227,16 @@ class Policy:
         self.bad_streak = self.grad_streak = self.overflow_streak = 0
         self.since_warning = 0
         self.incident = None
+        self.discard()
 
-    def stepped(self) -> tuple[bool, bool]:
-        """After a stepped step: (take a snapshot now, restore the full LR now)."""
+    def discard(self) -> None:
+        """The candidate snapshot is not confirmed; the next one is due as soon as it is quiet."""
+        if self.confirming is not None:
+            self.confirming = None
+            self.since_snapshot = max(self.since_snapshot, self.cfg.checkpoint_every)
+
+    def stepped(self, current: bool = True) -> AfterStep:
+        """After a stepped step (``current``: the live state is the one right after it)."""
         cfg = self.cfg
         self.since_warning += 1
         self.since_snapshot += 1
@@ -217,15 +255,20 @@ class Policy:
         )
         if restore:
             self.restored_from, self.lr_scale, self.since_restore = self.lr_scale, 1.0, 0
+        commit = self.confirming is not None and self.confirming >= cfg.confirm_steps
+        if commit:
+            self.confirming = None
         snapshot = (
-            cfg.checkpoint_every > 0
+            current
+            and self.confirming is None
+            and cfg.checkpoint_every > 0
             and self.since_snapshot >= cfg.checkpoint_every
             and self.since_warning >= cfg.quiet_steps
             and self.bad_streak == 0
         )
         if snapshot:
-            self.since_snapshot = 0
-        return snapshot, restore
+            self.since_snapshot, self.confirming = 0, 0
+        return AfterStep(commit, snapshot, restore)
 
     # -- resume -------------------------------------------------------------------------
 
@@ -250,13 +293,17 @@ class Policy:
         """Counters and detector windows, as plain Python values."""
         return {
             **{name: getattr(self, name) for name in self._FIELDS},
+            "confirming": self.confirming,
             "loss": self.loss.state_dict(),
             "grad_norm": self.gnorm.state_dict(),
         }
 
     def load(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`state` returned."""
+        """Put back what :meth:`state` returned (a candidate snapshot is not kept: the next one
+        is due as soon as it is quiet)."""
         for name in self._FIELDS:
             setattr(self, name, state[name])
+        self.confirming = state.get("confirming")
+        self.discard()
         self.loss.load_state_dict(state["loss"])
         self.gnorm.load_state_dict(state["grad_norm"])

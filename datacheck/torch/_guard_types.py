@@ -89,9 +89,14 @@ class GuardConfig:
     checkpoint_every: int = 50
     """Stepped steps between good-state snapshots (the first is taken at the first step);
     0 disables snapshots (divergence then only cuts the LR)."""
+    confirm_steps: int = 3
+    """Healthy steps that must follow a snapshot before it counts as good (a rollback target);
+    two bad steps in a row or a grad-norm spike before that discard it, and the next one is
+    taken as soon as the run is quiet again.  The update just before a snapshot can be the one
+    that did the damage, and momentum carries it over the next steps."""
     keep_checkpoints: int = 2
-    """Snapshots kept; a rollback takes the newest one from before the trouble began.  In
-    memory, AdamW costs about 12 bytes per fp32 parameter per snapshot."""
+    """Confirmed snapshots kept; a rollback takes the newest one.  In memory, AdamW costs about
+    12 bytes per fp32 parameter per snapshot (one more while a new one waits to be confirmed)."""
     checkpoint_dir: str | None = None
     """Keep snapshots as files here (one per rank); ``None`` keeps them in memory."""
     async_checkpoint: bool = False
@@ -144,6 +149,7 @@ class GuardConfig:
 
 _AT_LEAST_ONE = (
     "rollback_after",
+    "confirm_steps",
     "max_rollbacks",
     "rollback_window",
     "keep_checkpoints",

@@ -6,10 +6,15 @@ recent history.  On disk each snapshot is one ``torch.save`` file per rank, writ
 temporary name and renamed so a crash never leaves half a file (optionally on a background
 thread), and read back with ``weights_only=True``.
 
+A new snapshot is a *candidate* until the steps after it were judged healthy: the guard
+commits it after ``confirm_steps`` healthy readings, or discards it when a warning or a bad
+step comes first (the update just before it may be the one that did the damage).  Rollbacks
+only ever go to committed snapshots.
+
 Memory: a snapshot holds a CPU copy of the weights and of the optimizer state; for fp32 AdamW
 that is 4 + 8 = 12 bytes per parameter, so the default two snapshots cost about 24 bytes per
-parameter of host memory.  With ``checkpoint_dir`` the copies live on disk instead (the
-copy to the CPU is transient).
+parameter of host memory, 36 while a candidate waits.  With ``checkpoint_dir`` the copies
+live on disk instead (the copy to the CPU is transient).
 """
 
 from __future__ import annotations
@@ -62,10 +67,10 @@ def _to_cpu(obj: Any) -> Any:
 
 
 class SnapshotStore:
-    """Keeps the newest ``keep`` snapshots, in memory or as files in ``directory``.
+    """Keeps the newest ``keep`` committed snapshots and one candidate, in memory or as files.
 
     Args:
-        keep: snapshots kept (the oldest is evicted, its file deleted).
+        keep: committed snapshots kept (the oldest is evicted, its file deleted).
         directory: folder for snapshot files; ``None`` keeps them in memory.
         tag: names this guard's files (``guard-step{N}{tag}.pt``: rank and guard name).
         async_write: write files on a background thread (one at a time).
@@ -81,43 +86,67 @@ class SnapshotStore:
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._snaps: deque[Snapshot] = deque()
+        self.candidate: Snapshot | None = None
+        """The newest snapshot, not yet confirmed by healthy steps after it (never rolled back to)."""
         if self._dir is not None:
             self._dir.mkdir(parents=True, exist_ok=True)
 
     def __len__(self) -> int:
+        """Committed snapshots (the candidate does not count)."""
         return len(self._snaps)
 
     @property
     def location(self) -> str:
-        """Human-readable place of the newest snapshot, for messages."""
+        """Human-readable place of the newest committed snapshot, for messages."""
         if not self._snaps:
             return "none kept"
         newest = self._snaps[-1]
         return str(newest.path) if newest.path else f"in memory (step {newest.step})"
 
-    def save(self, step: int, payload: dict[str, Any]) -> Snapshot:
-        """Store a snapshot of ``payload`` taken at ``step``; evict the oldest beyond ``keep``."""
+    def propose(self, step: int, payload: dict[str, Any]) -> Snapshot:
+        """Store ``payload`` taken at ``step`` as the candidate (replacing an older candidate)."""
+        self.discard()
         payload = _to_cpu(payload)
         if self._dir is None:
-            snap = Snapshot(step, payload=payload)
+            self.candidate = Snapshot(step, payload=payload)
+            return self.candidate
+        path = self._dir / f"guard-step{step}{self._tag}.pt"
+        self.wait()
+        if self._async:
+            self._writer = threading.Thread(
+                target=self._write, args=(payload, path), name="datacheck-snapshot"
+            )
+            self._writer.start()
         else:
-            path = self._dir / f"guard-step{step}{self._tag}.pt"
-            self.wait()
-            if self._async:
-                self._writer = threading.Thread(
-                    target=self._write, args=(payload, path), name="datacheck-snapshot"
-                )
-                self._writer.start()
-            else:
-                _write_atomic(payload, path)
-            snap = Snapshot(step, path=path)
+            _write_atomic(payload, path)
+        self.candidate = Snapshot(step, path=path)
+        return self.candidate
+
+    def commit(self) -> Snapshot:
+        """The candidate becomes the newest committed snapshot; the oldest beyond ``keep`` goes."""
+        snap, self.candidate = self.candidate, None
+        assert snap is not None, "commit() without a candidate"
         self._snaps.append(snap)
         while len(self._snaps) > self._keep:
-            old = self._snaps.popleft()
-            if old.path is not None:
-                self.wait()
-                old.path.unlink(missing_ok=True)
+            self._delete(self._snaps.popleft())
         return snap
+
+    def discard(self) -> Snapshot | None:
+        """Drop the candidate (and its file); returns it, or None when there was none."""
+        snap, self.candidate = self.candidate, None
+        if snap is not None:
+            self._delete(snap)
+        return snap
+
+    def save(self, step: int, payload: dict[str, Any]) -> Snapshot:
+        """Store and commit at once (the state the run starts from needs no confirming)."""
+        self.propose(step, payload)
+        return self.commit()
+
+    def _delete(self, snap: Snapshot) -> None:
+        if snap.path is not None:
+            self.wait()
+            snap.path.unlink(missing_ok=True)
 
     def _write(self, payload: dict[str, Any], path: Path) -> None:
         try:
@@ -135,10 +164,11 @@ class SnapshotStore:
             raise error
 
     def pick(self, before: int | None) -> Snapshot | None:
-        """Newest snapshot taken before step ``before`` (the oldest kept if none is).
+        """Newest committed snapshot taken before step ``before`` (the oldest kept if none is).
 
         A snapshot "at step N" holds the weights after step N-1's update; that update may be
-        the one that did the damage seen at step N, so N == before does not count.
+        the one that did the damage seen at step N, so N == before does not count (a committed
+        snapshot was followed by healthy steps, so it is before any trouble anyway).
         """
         if not self._snaps:
             return None
@@ -150,7 +180,7 @@ class SnapshotStore:
         return self._snaps[0]
 
     def files(self) -> list[tuple[int, str]]:
-        """(step, path) of the snapshots kept on disk, oldest first (for a resume)."""
+        """(step, path) of the committed snapshots kept on disk, oldest first (for a resume)."""
         self.wait()
         return [(s.step, str(s.path)) for s in self._snaps if s.path is not None]
 
@@ -161,6 +191,7 @@ class SnapshotStore:
         run replays those steps and would otherwise roll back into its own future.
         """
         keep = {Path(p) for _, p in files}
+        self.candidate = None
         self._snaps = deque(Snapshot(step, path=Path(p)) for step, p in files if Path(p).is_file())
         if self._dir is None:
             return

@@ -259,6 +259,27 @@ def test_fp16_scaler_overflow_is_not_divergence(tmp_path):
     assert timeline.status == "healthy" and timeline.guard_events["scaler_overflow"] >= 1
 
 
+def test_fp16_a_batch_skipped_for_its_loss_keeps_the_loss_scale():
+    """A NaN/Inf loss comes from the forward pass, not from the scale: halving the scale at each
+    bad batch (30 in a run) would leave it so low that the good batches' gradients underflow."""
+    x, y, model = _regression()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    guard = TrainingGuard(model, opt, scaler, rollback_after=99)
+    actions = []
+    for step in range(8):
+        xb = x[:32].clone()
+        if step % 2:
+            xb[3, 0] = float("nan")  # a bad sample: NaN loss and NaN gradients
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(xb).float(), y[:32])
+        scaler.scale(loss).backward()
+        actions.append(guard.step(loss).action)
+        opt.zero_grad(set_to_none=True)
+    assert [a.stepped for a in actions] == [True, False] * 4
+    assert scaler.get_scale() == 1024.0
+
+
 def test_disabled_scaler_does_not_excuse_nan_gradients():
     """``GradScaler(enabled=use_fp16)`` with fp16 off: a NaN gradient is divergence, not overflow."""
     x, y, model = _regression()
@@ -442,7 +463,8 @@ def test_guard_log_reads_back_with_datacheck_logs(tmp_path):
     hist = _logs.read_history(log)
     tl = _logs.analyze(hist)
     assert tl.status == "diverging" and 200 <= tl.warning_step <= 205 and tl.nan_step is None
-    assert tl.restart_step == 200  # the guard's last checkpoint before the spike
+    # the guard's last confirmed checkpoint: the one at 200 was discarded, the steps after it spiked
+    assert tl.restart_step == 180
     assert tl.suggested_lr == pytest.approx(0.025)
     assert tl.guard_events["rollback"] >= 1 and tl.guard_events["loss_spike"] >= 1
 
@@ -492,10 +514,13 @@ def test_rollback_restores_the_scaler_but_the_schedule_goes_on(tmp_path):
         result = guard.step(loss)
         sched.step()
         opt.zero_grad()
-    assert result.action is Action.ROLLBACK and result.events[-1] == "rollback"
-    saved = torch.load(tmp_path / "guard-step12.pt", weights_only=True)
+    assert result.action is Action.ROLLBACK
+    assert result.events == ("nonfinite", "rollback", "checkpoint_discarded")
+    # the candidate of step 12 was never confirmed (steps 12 and 13 were bad): back to step 9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["guard-step6.pt", "guard-step9.pt"]
+    saved = torch.load(tmp_path / "guard-step9.pt", weights_only=True)
     assert sched.last_epoch == 14  # the data and the schedule go on: not rewound
-    assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.9**2)
+    assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.9)
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**2)
     assert scaler.get_scale() == saved["scaler"]["scale"]
 

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from datacheck.errors import UsageError  # noqa: E402
-from datacheck.torch import Action, TrainingGuard, bad_steps  # noqa: E402
+from datacheck.torch import Action, TrainingGuard, bad_steps, read_quarantine  # noqa: E402
 
 F = torch.nn.functional
 S = torch.optim.lr_scheduler
@@ -151,9 +151,9 @@ def test_resume_continues_steps_log_and_bad_steps_and_cleans_stale_snapshots(tmp
         "name": "main",
     }
     guard = TrainingGuard(model, opt, **opts)
-    _run(guard, model, opt, x, y, 12, nan_at=(3,))
+    _run(guard, model, opt, x, y, 14, nan_at=(3,))
     saved = {"guard": guard.state_dict(), "model": model.state_dict(), "opt": opt.state_dict()}
-    _run(guard, model, opt, x, y, 8, nan_at=(15,))  # then the job dies at step 20
+    _run(guard, model, opt, x, y, 6, nan_at=(15,))  # then the job dies at step 20
     guard.close()
     assert bad_steps(tmp_path / "g.jsonl") == {3, 15}
     assert {p.name for p in (tmp_path / "ck").iterdir()} == {
@@ -167,21 +167,70 @@ def test_resume_continues_steps_log_and_bad_steps_and_cleans_stale_snapshots(tmp
     opt2.load_state_dict(saved["opt"])
     guard2 = TrainingGuard(model2, opt2, **opts)
     guard2.load_state_dict(saved["guard"])
-    assert guard2.step_count == 12 and guard2.skipped_steps == {3}
+    assert guard2.step_count == 14 and guard2.skipped_steps == {3}
     # snapshots of steps the dead job reached after the checkpoint are gone
     assert {p.name for p in (tmp_path / "ck").iterdir()} == {"guard-step11-main.pt"}
-    results = _run(guard2, model2, opt2, x, y, 6, nan_at=(13,))
+    results = _run(guard2, model2, opt2, x, y, 6, nan_at=(16,))
     guard2.close()
-    assert [r.step for r in results] == list(range(12, 18))
-    assert bad_steps(tmp_path / "g.jsonl") == {3, 13} == guard2.skipped_steps
+    assert [r.step for r in results] == list(range(14, 20))
+    assert bad_steps(tmp_path / "g.jsonl") == {3, 16} == guard2.skipped_steps
     assert bad_steps(tmp_path / "g.jsonl", name="other") == set()
     records = [json.loads(line) for line in (tmp_path / "g.jsonl").read_text().splitlines()]
     assert all(r["guard"] == "main" for r in records)
     resume = next(r for r in records if r["kind"] == "resume")
-    assert resume["step"] == 12
+    assert resume["step"] == 14
     assert all(len(r["lrs"]) == 1 for r in records if r["kind"] == "step")
     with pytest.raises(UsageError, match="state version"):
         guard2.load_state_dict({"version": 99})
+
+
+def test_a_snapshot_is_a_rollback_target_only_once_healthy_steps_followed_it(tmp_path):
+    """The update right before a snapshot can be the one that spoiled the run, its damage
+    showing a step later (momentum, a delayed blow-up): the snapshot of step 15 saw one healthy
+    step, then bad ones, so the rollback goes to the confirmed one of step 10, never to 15."""
+    model, x, y = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    log = tmp_path / "g.jsonl"
+    guard = TrainingGuard(model, opt, checkpoint_every=5, log=str(log))
+    results = []
+    for step in range(19):
+        loss = F.mse_loss(model(x[:32]), y[:32]) * (50.0 if step >= 16 else 1.0)
+        loss.backward()
+        results.append(guard.step(loss))
+        opt.zero_grad()
+    guard.close()
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["at_step"] for e in events if e["kind"] == "checkpoint"] == [5, 10]
+    assert [e["at_step"] for e in events if e["kind"] == "checkpoint_discarded"] == [15]
+    assert results[18].action is Action.ROLLBACK
+    assert next(e for e in events if e["kind"] == "rollback")["to_step"] == 10
+
+
+def test_no_sample_is_named_an_outlier_while_the_run_recovers_from_a_rollback(tmp_path):
+    """After divergence (a rollback) a loss spike is the optimizer's doing: a sample that stands
+    out in its batch (a hard one, on a model near zero loss) is no evidence then.  Later, once
+    the run has settled, the same batch names it."""
+    model, x, y = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.02)
+    folder = tmp_path / "q"
+    guard = TrainingGuard(model, opt, quarantine=str(folder), rollback_window=30, quiet_steps=5)
+    named_at = []
+    for step in range(80):
+        xb, yb = x[:32].clone(), y[:32].clone()
+        if step in (12, 13, 14):
+            yb += 100.0  # divergence: the whole batch is off, three steps in a row -> rollback
+        if step in (30, 60):
+            yb[7] += 100.0  # one sample far from the rest, in a batch that spikes
+        per_sample = F.mse_loss(model(xb), yb, reduction="none").mean(1)
+        per_sample.mean().backward()
+        result = guard.step(
+            per_sample.mean(), indices=list(range(32)), sample_losses=per_sample.detach()
+        )
+        named_at += [step] if "samples_named" in result.events else []
+        opt.zero_grad()
+    guard.close()
+    assert named_at == [61]  # the spike at 30 came 15 steps after the rollback: nothing named
+    assert read_quarantine(folder)["index"].tolist() == [7]
 
 
 def test_first_snapshot_is_taken_at_the_start_and_sparse_bad_batches_do_not_block_more():
@@ -204,7 +253,16 @@ def test_async_snapshots_on_disk(tmp_path):
     )
     _run(guard, model, opt, x, y, 13)
     guard.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["guard-step12.pt", "guard-step8.pt"]
+    assert guard._snaps.files() == [
+        (4, str(tmp_path / "guard-step4.pt")),
+        (8, str(tmp_path / "guard-step8.pt")),
+    ]
+    # the two confirmed snapshots, and the candidate of step 12 (one healthy step after it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "guard-step12.pt",
+        "guard-step4.pt",
+        "guard-step8.pt",
+    ]
     saved = torch.load(tmp_path / "guard-step12.pt", weights_only=True)
     assert set(saved) == {"model", "optimizer", "scaler", "rng", "guard"}
 

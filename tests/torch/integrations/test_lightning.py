@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -56,11 +58,11 @@ class SpikeLR(pl.Callback):
                 group["lr"] *= SPIKE
 
 
-def fit(*callbacks: pl.Callback, spike: bool = True) -> Linear:
+def fit(*callbacks: pl.Callback, spike: bool = True, epochs: int = EPOCHS) -> Linear:
     torch.manual_seed(0)
     model = Linear()
     trainer = pl.Trainer(
-        max_epochs=EPOCHS,
+        max_epochs=epochs,
         accelerator="cpu",
         devices=1,
         logger=False,
@@ -100,14 +102,21 @@ def test_the_guard_notices_an_lr_spike_and_the_fit_ends_with_finite_weights():
     final_loss(model)  # finite
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="TrainingGuard snapshots the state right after the spiked step (issue 14 item 3), "
-    "so its rollbacks restore the spoiled weights; TrainingGuard's, not the callback's",
-)
-def test_the_guard_recovers_from_an_lr_spike():
-    guard = GuardCallback(**GUARD_OPTIONS)
-    assert final_loss(fit(guard)) < 0.05
+def test_the_guard_recovers_from_an_lr_spike(tmp_path):
+    log = tmp_path / "guard.jsonl"
+    guard = GuardCallback(log=str(log), **GUARD_OPTIONS)
+    model = fit(guard, epochs=3)  # 16 steps per epoch: the spike at 20, then 27 more steps
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    # the snapshot taken right after the spiked update (at step 21) is never confirmed: the
+    # steps after it were bad, so the rollback goes to the newest state from before the spike
+    assert {"kind": "checkpoint_discarded", "at_step": SPIKE_STEP + 1}.items() <= next(
+        e for e in events if e["kind"] == "checkpoint_discarded"
+    ).items()
+    rollbacks = [e for e in events if e["kind"] == "rollback"]
+    assert rollbacks and all(e["to_step"] <= SPIKE_STEP for e in rollbacks)
+    checkpoints = [e["at_step"] for e in events if e["kind"] == "checkpoint"]
+    assert SPIKE_STEP + 1 not in checkpoints
+    assert final_loss(model) < 0.05
 
 
 def test_without_the_guard_the_same_fit_is_ruined():
