@@ -22,7 +22,11 @@ __all__ = ["History", "build"]
 
 @dataclass
 class History:
-    """A training history: per-step series under the chosen keys, evaluation, and events."""
+    """A training history: per-step series under the chosen keys, evaluation, and events.
+
+    The series are read-only: they may be the reader's columns themselves, and the series
+    without a key may share one all-``None`` array.
+    """
 
     source: str
     format: str
@@ -54,9 +58,12 @@ def _sum(parts: list[float | None]) -> float | None:
 
 
 def _steps(cols: Columns, key: str | None) -> array[float]:
-    """Steps per row, forward-filled (NaN before the first counter)."""
+    """Steps per row, forward-filled (NaN before the first counter); the counter's own column
+    when it is on every row."""
     if key is None:
         return array("d", range(cols.n))
+    if MISSING not in cols.cols[key]:
+        return cols.cols[key]
     out, last = array("d"), math.nan
     for v in cols.cols[key]:
         last = last if v == MISSING else v
@@ -96,34 +103,60 @@ def _put(hist: History, step: float, values: tuple[float, float, float]) -> None
             seq[at] = v
 
 
-def _raw(cols: Columns, key: str | None) -> array[float]:
-    """The column of ``key`` (all ``MISSING`` when there is none)."""
+def _raw(cols: Columns, key: str | None, absent: list[array[float]]) -> array[float]:
+    """The column of ``key``, else the one all-``MISSING`` column (made once, kept in
+    ``absent``: the series without a key share it)."""
     col = cols.cols.get(key) if key is not None else None
-    return col if col is not None else array("d", [MISSING]) * cols.n
+    if col is not None:
+        return col
+    if not absent:
+        absent.append(array("d", [MISSING]) * cols.n)
+    return absent[0]
 
 
-def _rows(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> list[dict[str, Any]]:
-    """Fill the series from the rows; return the events the rows' counters signal."""
-    get, events = cols.get, []
+def _increasing(steps: array[float]) -> bool:
+    """Every row has a step, each above the one before (one reading per step)."""
+    import numpy as np
+
+    a = np.frombuffer(steps, dtype=np.float64)
+    return len(a) == 0 or (not math.isnan(a[0]) and bool(np.all(a[1:] > a[:-1])))
+
+
+def _series(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> None:
+    """Fill the series from the rows (one reading per row and step: the columns themselves)."""
+    get = cols.get
+    absent: list[array[float]] = []
+    if len(keys.loss) == 1 or not keys.loss:
+        loss_col = _raw(cols, keys.loss[0] if keys.loss else None, absent)
+    else:
+        sums = (_sum([get(k, i) for k in keys.loss]) for i in range(cols.n))
+        loss_col = array("d", (MISSING if t is None else t for t in sums))
+    grad_col, lr_col = _raw(cols, keys.grad_norm, absent), _raw(cols, keys.lr, absent)
+    if _increasing(steps):  # no copies: a history of a 1 GB log takes what its columns take
+        hist.steps, hist.loss = Floats.wrap(steps), Series.wrap(loss_col)
+        hist.grad_norm, hist.lr = Series.wrap(grad_col), Series.wrap(lr_col)
+        return
+    for i in range(cols.n):
+        step = steps[i]
+        if step == step:  # not NaN: a counter seen
+            _put(hist, step, (loss_col[i], grad_col[i], lr_col[i]))
+
+
+def _signals(cols: Columns, steps: array[float]) -> list[dict[str, Any]]:
+    """The events the rows' counters signal: NaN iterations, skipped steps, the loss scale."""
+    get, events = cols.get, list[dict[str, Any]]()
     nans, skipped, scale = (
         next((k for k in sorted(cols.cols) if role_of(k) == role), None)
         for role in ("nan_count", "skipped_count", "scale")
     )
-    single = keys.loss[0] if len(keys.loss) == 1 else None
-    loss_col = _raw(cols, single) if single is not None or not keys.loss else None
-    grad_col, lr_col = _raw(cols, keys.grad_norm), _raw(cols, keys.lr)
+    if nans is None and skipped is None and scale is None:
+        return events
     cumulative = skipped == "skipped"  # DeepSpeed's "skipped=N" counts since the start
     seen = None
     for i in range(cols.n):
         step = steps[i]
         if step != step:  # NaN: no counter yet
             continue
-        if loss_col is not None:
-            loss = loss_col[i]
-        else:
-            total = _sum([get(k, i) for k in keys.loss])
-            loss = MISSING if total is None else total
-        _put(hist, step, (loss, grad_col[i], lr_col[i]))
         n = get(nans, i) if nans else None
         if n:
             events.append({"kind": "nonfinite", "step": step, "count": n})
@@ -182,7 +215,8 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
     hist.step_source = keys.step or "row number"
     if keys.step is None and table.train.n and not coarse:
         hist.notes.append("no step counter in this log: steps are row numbers")
-    events = _rows(hist, table.train, keys, steps)
+    _series(hist, table.train, keys, steps)
+    events = _signals(table.train, steps)
     for ev in table.events:
         step = _event_step(ev, steps, keys.step == "epoch")
         if step is not None:

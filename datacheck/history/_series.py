@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import overload
+from typing import Self, overload
 
 from datacheck.history._table import MISSING
 
@@ -21,6 +21,13 @@ class _Column:
 
     def __init__(self, values: Iterable[float] = ()) -> None:
         self.data = array("d", values)
+
+    @classmethod
+    def wrap(cls, data: array[float]) -> Self:
+        """A series over ``data`` itself, not a copy (``MISSING`` in it reads as ``None``)."""
+        column = cls.__new__(cls)
+        column.data = data
+        return column
 
     def __len__(self) -> int:
         return len(self.data)
