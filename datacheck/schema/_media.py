@@ -11,6 +11,7 @@ They sit beside pandera's ``columns:`` (pandera never sees them)::
       max_total_pixels: 357913940  # all frames of an animation (GIF, TIFF pages, WebP, APNG)
                                 # together (default: 4 x max_pixels), from the frame count
                                 # before any frame is decoded; more -> schema, not decoded
+                                # (so are more than MAX_FRAMES = 100,000 frames)
       constant: true            # every pixel one value (a blank frame) -> constant (warning)
     tokens:
       vocab_size: 50257         # an id outside [0, vocab_size) -> out_of_range (error)
@@ -35,6 +36,7 @@ from datacheck.errors import SchemaError
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "ImageRules",
+    "MAX_FRAMES",
     "MediaSchema",
     "TOKEN_DTYPES",
     "TOTAL_PIXELS_FACTOR",
@@ -46,7 +48,10 @@ DEFAULT_MAX_PIXELS = 89_478_485
 """Pillow's own ``Image.MAX_IMAGE_PIXELS`` (about 0.25 GiB of 24-bit pixels)."""
 TOTAL_PIXELS_FACTOR = 4
 """The default budget of an animation's frames together, in units of ``max_pixels``: one frame
-is decoded at a time, so this bounds time (about a second of decoding), not memory."""
+is decoded at a time, so this bounds time (a few seconds of decoding), not memory."""
+MAX_FRAMES = 100_000
+"""More frames than this are refused whatever their size: a frame costs time even at one
+pixel (about 33 us in Pillow), so a GIF of millions of 1x1 frames would run for minutes."""
 IMAGE_MODES = (
     *("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB"),
     *("HSV", "I", "F", "I;16", "I;16B", "I;16L"),
@@ -86,6 +91,8 @@ class ImageRules:
 
     def frames_bomb(self, frames: int, pixels: int) -> str | None:
         """Why ``frames`` frames of ``pixels`` pixels in all must not be decoded (or None)."""
+        if frames > MAX_FRAMES:
+            return f"{frames} frames, above {MAX_FRAMES} (frame-count bomb guard): not decoded"
         budget = self.frame_budget
         if budget is not None and pixels > budget:
             return (

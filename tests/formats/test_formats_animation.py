@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import datacheck
-from datacheck.schema._media import DEFAULT_MAX_PIXELS, TOTAL_PIXELS_FACTOR
+from datacheck.schema._media import DEFAULT_MAX_PIXELS, MAX_FRAMES, TOTAL_PIXELS_FACTOR
 
 FORMATS = {"gif": "GIF", "tif": "TIFF", "webp": "WEBP", "png": "PNG"}
 
@@ -40,6 +40,14 @@ def gif_frame_bomb(frames: int = 40, side: int = 8000) -> bytes:
     data = bytearray(buf.getvalue())
     data[6:10] = struct.pack("<HH", side, side)  # the logical screen: every frame's canvas
     return bytes(data)
+
+
+def gif_of_pixels(frames: int) -> bytes:
+    """``frames`` 1x1 frames, written by hand (15 bytes a frame; Pillow takes minutes to save
+    that many): header, a two-colour palette, then the same image block again and again."""
+    head = b"GIF89a" + struct.pack("<HHBBB", 1, 1, 0x80, 0, 0) + b"\xff\xff\xff\0\0\0"
+    frame = b"," + struct.pack("<HHHHB", 0, 0, 1, 1, 0) + b"\x02\x02\x44\x01\x00"
+    return head + frame * frames + b";"
 
 
 def scan(path: Path, **kw: object) -> datacheck.Report:
@@ -100,6 +108,19 @@ def test_frame_count_bomb_refused_before_decoding(tmp_path: Path) -> None:
     assert value == (
         f"40 frames, {40 * 8000 * 8000} pixels in all, above max_total_pixels {budget} "
         "(frame-count bomb guard): not decoded"
+    )
+
+
+def test_too_many_frames_refused_whatever_their_size(tmp_path: Path) -> None:
+    (tmp_path / "ok.gif").write_bytes(gif_of_pixels(1000))
+    (tmp_path / "many.gif").write_bytes(gif_of_pixels(MAX_FRAMES + 1))
+    assert Image.open(tmp_path / "ok.gif").n_frames == 1000
+    report = scan(tmp_path)
+    assert by_name(report)["ok.gif"]["status"] == "ok"
+    (value,) = report.findings["value"]
+    assert (
+        value
+        == f"{MAX_FRAMES + 1} frames, above {MAX_FRAMES} (frame-count bomb guard): not decoded"
     )
 
 
