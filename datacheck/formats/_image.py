@@ -170,13 +170,8 @@ def _constant(im: Any) -> bool:
 
 def read_bytes(path: str, limit: int = MAX_IMAGE_BYTES) -> bytes:
     """A whole (small) file, local or remote, refusing files above ``limit``."""
-    if _storage.is_url(path):
-        with _storage.source(path) as fh:
-            data = fh.read(limit + 1)
-    else:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    if len(data) > limit:
+    data = _storage.read_small(path, limit)
+    if data is None:
         raise DecodeError(f"file above the {limit}-byte limit for an image: not read")
     return data
 

@@ -148,11 +148,24 @@ def read_small(path: str, limit: int) -> bytes | None:
     if is_url(path):
         fs, p = _fs(path)
         with fs.open(p, "rb") as fh:
-            data = fh.read(limit + 1)
+            data = _read_upto(fh, limit + 1)
     else:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+        with open(path, "rb") as fh:  # read(limit) would reserve the whole limit every time
+            data = fh.read(min(os.fstat(fh.fileno()).st_size, limit) + 1)
     return None if len(data) > limit else data
+
+
+def _read_upto(fh: Any, n: int, block: int = 1 << 20) -> bytes:
+    """At most ``n`` bytes of ``fh``, read a block at a time (never ``n`` reserved at once)."""
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        part = fh.read(min(block, n - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def json_document(path: str, limit: int) -> Any:
