@@ -290,7 +290,8 @@ class SampleBatcher:
             self._counted = total_samples
 
     def _flush(self) -> SampleChunk:
-        tensors = {k: np.stack(v) for k, v in self._lists.items()}
+        # One sample alone: a view with a sample axis (np.stack would copy a large member).
+        tensors = {k: np.stack(v) if len(v) > 1 else v[0][None] for k, v in self._lists.items()}
         end = self._start + self._rows
         chunk = SampleChunk(row_offset=self._start, tensors=tensors, samples=end - self._counted)
         self._counted = end

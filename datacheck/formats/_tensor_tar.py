@@ -55,6 +55,7 @@ NUMERIC_TEXT = frozenset(
 PICKLE_EXTS = frozenset({"pyd", "pickle", "pkl"})
 _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _RELEASE_EVERY = 64 << 20
+_READ_BLOCK = 8 << 20
 
 
 def _as_numeric(value: Any) -> np.ndarray | None:
@@ -228,7 +229,7 @@ class _Shard:
                 "once (raise --unit-memory-mb to read it)"
             )
 
-    def _bytes(self, m: tarfile.TarInfo, cap: int) -> bytes:
+    def _bytes(self, m: tarfile.TarInfo, cap: int) -> bytes | bytearray:
         self._fits(m)
         if m.size > cap:
             raise TensorFileError(
@@ -237,9 +238,15 @@ class _Shard:
         if self.mf is not None:
             return self.mf.bytes(m.offset_data, m.size)
         fp = self.tf.extractfile(m)
-        data = fp.read(m.size) if fp is not None else b""
-        if len(data) != m.size:
-            raise TensorFileError(f"truncated: {len(data)} of {m.size} bytes")
+        data = bytearray(m.size)  # read in place, a block at a time: read(n) held it twice
+        view, got = memoryview(data), 0
+        while fp is not None and got < m.size:
+            k = fp.readinto(view[got : got + _READ_BLOCK])
+            if not k:
+                break
+            got += k
+        if got != m.size:
+            raise TensorFileError(f"truncated: {got} of {m.size} bytes")
         return data
 
     def _readable(self, m: tarfile.TarInfo) -> None:
@@ -261,7 +268,7 @@ class _Shard:
                 self.mf.bytes(m.offset_data, min(m.size, MAX_NPY_HEADER + 64)),
                 m.offset_data,
             )
-        bio = io.BytesIO(data)
+        bio = io.BytesIO(bytes(data[: MAX_NPY_HEADER + 64]))  # the header only: no copy
         shape, fortran, dtype = read_npy_header(bio)
         header, need = bio.tell(), npy_data_bytes(shape, dtype)
         if need < 0 or header + need > m.size:

@@ -195,3 +195,32 @@ def test_an_hdf5_dataset_never_written_is_one_finding_from_its_fill_value(
     (big,) = f[f["column"] == "big"].itertuples()
     assert big.check == "nan" and big.value.startswith("never written: all 1099511627776 values")
     assert f[f["column"] == "x"]["row"].tolist() == [1]
+
+
+def test_a_large_tar_gz_member_is_held_once_while_it_is_checked(tmp_path: Path) -> None:
+    """Read in place a block at a time, its header parsed from a copy of the head only, and a
+    sample alone not stacked: one copy of the member in memory, not three."""
+    import os
+    import tarfile
+    import tracemalloc
+
+    from datacheck.formats import WorkUnit, get_format
+
+    size = 32 << 20
+    path = tmp_path / "one.tar.gz"
+    with tarfile.open(path, "w:gz", compresslevel=1) as tf:
+        data = _npy_bytes(np.zeros(size // 4, np.float32))
+        info = tarfile.TarInfo("s0.x.npy")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+        del data
+    st = os.stat(path)
+    unit = WorkUnit(str(path), "tar", st.st_size, st.st_mtime)
+    tracemalloc.start()
+    try:
+        chunks = list(get_format("tar").open(unit, {}).chunks)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [c.num_rows for c in chunks] == [1]
+    assert peak < size * 1.5, peak
