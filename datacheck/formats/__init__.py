@@ -210,11 +210,14 @@ _BUILTIN_MODULES = (
     "datacheck.formats._hf",
 )
 _loaded = False
+_EXTENSIONS: dict[str, Format] = {}
+"""Extension -> format, built from the registry on first use (cleared by :func:`register`)."""
 
 
 def register(fmt: Format) -> Format:
     """Register a format (later registrations win on extension clashes)."""
     _REGISTRY[fmt.name] = fmt
+    _EXTENSIONS.clear()
     if type(fmt).owns is not Format.owns:
         _OWNERS.append(fmt)
     return fmt
@@ -299,12 +302,22 @@ def is_tsv(path: str) -> bool:
 
 
 def _ext_match(path: str) -> Format | None:
+    """The format whose extension is the longest suffix of the file's name: a dict lookup per
+    dot in the name (a folder of 20,000 JPEGs is 20,000 calls)."""
+    if not _EXTENSIONS:
+        for fmt in _REGISTRY.values():
+            _EXTENSIONS.update(dict.fromkeys(fmt.extensions, fmt))
     lower = base_name(path)
     best: tuple[int, Format] | None = None
-    for fmt in _REGISTRY.values():
-        for ext in fmt.extensions:
-            if lower.endswith(ext) and (best is None or len(ext) > best[0]):
-                best = (len(ext), fmt)
+    for ext, fmt in _EXTENSIONS.items():  # a plugin's odd extension, without a leading dot
+        if not ext.startswith(".") and lower.endswith(ext) and (best is None or len(ext) > best[0]):
+            best = (len(ext), fmt)
+    i = lower.find(".")
+    while i != -1:
+        fmt = _EXTENSIONS.get(lower[i:])
+        if fmt is not None:
+            return fmt if best is None or len(lower) - i >= best[0] else best[1]
+        i = lower.find(".", i + 1)
     return None if best is None else best[1]
 
 
