@@ -212,12 +212,15 @@ _BUILTIN_MODULES = (
 _loaded = False
 _EXTENSIONS: dict[str, Format] = {}
 """Extension -> format, built from the registry on first use (cleared by :func:`register`)."""
+_ODD: list[tuple[str, Format]] = []
+"""The extensions among them without a leading dot (a plugin's ``train.bin``)."""
 
 
 def register(fmt: Format) -> Format:
     """Register a format (later registrations win on extension clashes)."""
     _REGISTRY[fmt.name] = fmt
     _EXTENSIONS.clear()
+    _ODD.clear()
     if type(fmt).owns is not Format.owns:
         _OWNERS.append(fmt)
     return fmt
@@ -307,17 +310,23 @@ def _ext_match(path: str) -> Format | None:
     if not _EXTENSIONS:
         for fmt in _REGISTRY.values():
             _EXTENSIONS.update(dict.fromkeys(fmt.extensions, fmt))
+        _ODD.extend((e, f) for e, f in _EXTENSIONS.items() if not e.startswith("."))
     lower = base_name(path)
-    best: tuple[int, Format] | None = None
-    for ext, fmt in _EXTENSIONS.items():  # a plugin's odd extension, without a leading dot
-        if not ext.startswith(".") and lower.endswith(ext) and (best is None or len(ext) > best[0]):
-            best = (len(ext), fmt)
     i = lower.find(".")
-    while i != -1:
-        fmt = _EXTENSIONS.get(lower[i:])
-        if fmt is not None:
-            return fmt if best is None or len(lower) - i >= best[0] else best[1]
+    while i != -1:  # the first dot gives the longest suffix
+        found = _EXTENSIONS.get(lower[i:])
+        if found is not None:
+            return _longer_odd(lower, len(lower) - i) or found
         i = lower.find(".", i + 1)
+    return _longer_odd(lower, 0)
+
+
+def _longer_odd(lower: str, than: int) -> Format | None:
+    """A plugin's extension without a leading dot (``train.bin``) longer than ``than``."""
+    best: tuple[int, Format] | None = None
+    for ext, fmt in _ODD:
+        if len(ext) > max(than, best[0] if best else 0) and lower.endswith(ext):
+            best = (len(ext), fmt)
     return None if best is None else best[1]
 
 
