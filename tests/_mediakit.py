@@ -16,10 +16,10 @@ import pyarrow as pa
 from PIL import Image
 
 
-def jpeg(seed: int = 0) -> bytes:
+def jpeg(seed: int = 0, side: int = 16) -> bytes:
     buf = io.BytesIO()
     rng = np.random.default_rng(seed)
-    Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(buf, "JPEG")
+    Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)).save(buf, "JPEG")
     return buf.getvalue()
 
 
@@ -48,11 +48,11 @@ def compress(codec: str, data: bytes, checksum: bool = False) -> bytes:
     raise ValueError(codec)
 
 
-def mds_shard_bytes(n: int = 20) -> bytes:
+def mds_shard_bytes(n: int = 20, side: int = 16) -> bytes:
     """An MDS shard of ``n`` samples (image, label, score); sample 11's score is NaN."""
     samples = []
     for i in range(n):
-        img = jpeg(i % 3)
+        img = jpeg(i % 3, side)
         score = np.float32(np.nan if i == 11 else i / 2)
         head = np.array([len(img)], np.uint32).tobytes()
         samples.append(head + img + np.int64(i).tobytes() + score.tobytes())

@@ -104,20 +104,23 @@ def _zstd_chunks(src: IO[bytes]) -> Iterator[bytes]:
         import zstandard
     except ModuleNotFoundError:
         raise _needs("zstd", "zstandard") from None
-    pending = b""
+    block, at = b"", 0  # the compressed bytes read, and how far they were fed
     while True:
         dec = zstandard.ZstdDecompressor().decompressobj()
         while not dec.eof:
-            if not pending and not (pending := src.read(_READ)):
-                raise TensorFileError("zstd stream ends mid-frame: the shard is truncated")
-            piece, pending = pending[:_ZSTD_PIECE], pending[_ZSTD_PIECE:]
+            if at == len(block):
+                block, at = src.read(_READ), 0
+                if not block:
+                    raise TensorFileError("zstd stream ends mid-frame: the shard is truncated")
+            piece = memoryview(block)[at : at + _ZSTD_PIECE]
+            at += len(piece)
             try:
                 if out := dec.decompress(piece):
                     yield out
             except zstandard.ZstdError as exc:
                 raise TensorFileError(f"zstd: {exc}") from None
-        pending = dec.unused_data + pending
-        if not pending and not (pending := src.read(_READ)):
+        block, at = dec.unused_data + block[at:], 0
+        if not block and not (block := src.read(_READ)):
             return  # end of input after a whole frame; more bytes would be another frame
 
 
@@ -143,6 +146,8 @@ def _brotli_chunks(src: IO[bytes]) -> Iterator[bytes]:
             yield dec.process(piece, _READ)
             while not dec.can_accept_more_data():  # the output held back by the bound
                 yield dec.process(b"", _READ)
+        while not dec.is_finished() and (out := dec.process(b"", _READ)):
+            yield out
         if not dec.is_finished():
             raise TensorFileError("br stream ends early: the shard is truncated")
     except brotli.error as exc:

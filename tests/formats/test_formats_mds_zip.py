@@ -53,6 +53,17 @@ def test_compressed_shard_read_like_a_plain_one(compression: str, tmp_path: Path
 
 
 @pytest.mark.parametrize("compression", CODECS)
+def test_shard_that_inflates_in_many_steps(compression: str, tmp_path: Path) -> None:
+    """Megabyte-sized samples: the decoders hand their output back a bounded step at a time,
+    and the last step of every codec must still arrive."""
+    data = mds_shard_bytes(12, side=800)
+    assert len(data) > 4 << 20
+    entry = only_file(write_mds(tmp_path / "mds", n=12, compression=compression, data=data))
+    assert entry["status"] == "flagged" and entry["rows"] == 12, entry
+    assert entry["counts"] == {"nan": 1}
+
+
+@pytest.mark.parametrize("compression", CODECS)
 def test_flipped_byte_named_by_the_compressed_hash(compression: str, tmp_path: Path) -> None:
     folder = write_mds(tmp_path / "mds", compression=compression, hashes=("md5", "sha1"))
     (shard,) = folder.glob("shard.*")
