@@ -13,6 +13,7 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
+from datacheck import findings as fnd
 from datacheck.engine._discover import discover_files, plan_units
 from datacheck.engine._journal import Journal
 from datacheck.engine._merge import (
@@ -321,7 +322,8 @@ def scan(
     options = config.run_options()
     if any(_storage.in_this_process_only(u.path) for u in todo):
         options["isolate"] = False  # memory:// lives here: no worker could read it
-    running = run_units(
+    fnd.findings_table([])  # pyarrow's lazy set-up (0.3 s), done once here: forked workers
+    running = run_units(  # inherit it instead of each paying it on its first finding
         fn,
         todo,
         config.executor,
