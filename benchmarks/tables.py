@@ -24,9 +24,14 @@ def render(path: Path) -> str | None:
     m = doc.get("machine", {})
     note = (
         f"_`python benchmarks/{doc.get('command', '?')}` on {m.get('cpus', '?')} cores, "
-        f"load average {m.get('loadavg_before') or m.get('loadavg')}, {doc.get('when', '?')}_"
+        f"load average {_load(m.get('loadavg_before') or m.get('loadavg'))}, "
+        f"{doc.get('when', '?')}_"
     )
     return f"{table.markdown()}\n\n{note}\n"
+
+
+def _load(values: list[float] | None) -> str:
+    return "?" if not values else " / ".join(f"{v:.2f}" for v in values)
 
 
 def main(names: list[str]) -> int:

@@ -102,3 +102,24 @@ def test_media_benchmarks_smoke_run(
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "results" / f"{name}.json").read_text())
     assert doc["table"]["rows"] and "floor" in doc["results"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["megatron", "nanogpt"])
+def test_logs_benchmark_smoke_run_against_the_floor(tmp_path: Path, shape: str) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    args = ["--mb", "1", "--rounds", "1", "--shape", shape, "--no-long-tokens", "--name", "t"]
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_logs.py"), *args, "--tmp", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results" / "t.json").read_text())
+    rows = doc["table"]["rows"]
+    assert [row[1] for row in rows] == ["floor: bytes", "floor: lines", "datacheck logs"]
+    assert rows[-1][-1] == "nan" and all(row[7] > 0 for row in rows)  # peak RSS measured
+    assert [p.name for p in tmp_path.iterdir()] == ["results"]  # the generated log is gone
