@@ -141,15 +141,14 @@ def analyze(
     loss_det, grad_det = SpikeDetector(loss), SpikeDetector(grad_norm)
     scan = _Scan(nan=_event_nan(hist))
     stop = math.inf if scan.nan is None else scan.nan[0]
+    isfinite = math.isfinite
     for step, value, gnorm in zip(hist.steps, hist.loss, hist.grad_norm, strict=True):
         if step > stop:
             break
-        bad = [
-            n
-            for n, v in (("loss", value), ("grad norm", gnorm))
-            if v is not None and not math.isfinite(v)
-        ]
-        if bad:
+        loss_bad = value is not None and not isfinite(value)
+        if loss_bad or (gnorm is not None and not isfinite(gnorm)):
+            grad_bad = gnorm is not None and not isfinite(gnorm)
+            bad = ("loss",) * loss_bad + ("grad norm",) * grad_bad
             scan.nan = (step, " and ".join(bad))
             break
         if gnorm is not None:

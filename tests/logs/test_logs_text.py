@@ -52,3 +52,14 @@ def test_a_dotless_i_is_not_infinity(tmp_path):
     hist = _logs.read_history(path)
     assert hist.steps == [1, 2, 3] or hist.steps == [1, 3]
     assert not any(v is not None and math.isinf(v) for v in hist.loss)
+
+
+@pytest.mark.parametrize(
+    "shape", ["megatron", "nanogpt", "hf_console", "keras", "fairseq", "mmengine", "lightning"]
+)
+def test_plans_read_what_a_full_parse_of_every_line_reads(tmp_path, monkeypatch, shape):
+    run = tr.make_run(300, spike_at=2500, nan_at=2800, grad_from=2300)
+    path = tr.write(tmp_path / f"{shape}.log", getattr(tr, shape)(run))
+    planned = _read(path, monkeypatch, 2)
+    monkeypatch.setattr(_text, "_CACHE_LIMIT", 0)  # no plans: every line parsed in full
+    assert planned == _read(path, monkeypatch, 2) and planned[0]
