@@ -12,12 +12,20 @@ encrypted column, so :func:`encrypted_columns` reads the footer's own Thrift fie
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datacheck.formats import _storage, mib
 
-__all__ = ["declared_batch_rows", "encrypted_columns"]
+__all__ = [
+    "bounded_dictionaries",
+    "declared_batch_rows",
+    "dictionary_text_columns",
+    "encrypted_columns",
+]
 
 _FIXED_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 _MIN_PAGE_BYTES = 8
@@ -172,3 +180,70 @@ class _ThriftFields:
             raise ValueError(f"unknown Thrift type {kind}")
         if self.pos > len(self.data):
             raise ValueError("footer cut short")
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
+
+
+def dictionary_text_columns(
+    meta: pq.FileMetaData, schema: pa.Schema, groups: range, probe: pq.ParquetFile, budget: float
+) -> list[str]:
+    """Top-level text columns that may decode past ``budget``: to be read as dictionaries
+    (indices + values, their size on disk) and decoded once the size is known.
+
+    A column chunk's values are its plain pages (within its declared bytes) or indices into
+    its one dictionary page, so it decodes to at most ``values * longest entry`` more than
+    its bytes: a 1 KB file can repeat a 1 MiB entry a million times.  ``probe`` (a file
+    reading these columns as dictionaries) reads each dictionary page to know the longest.
+    """
+    leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    out = []
+    for f in schema:
+        j = leaf.get(f.name)
+        if j is None or not _is_text(f.type):
+            continue
+        for i in groups:
+            c = meta.row_group(i).column(j)
+            if c.has_dictionary_page and c.num_values:
+                first = next(probe.iter_batches(1, row_groups=[i], columns=[f.name]), None)
+                words = first.column(0).dictionary if first is not None else pa.array([])
+                longest = pc.max(pc.binary_length(words)).as_py() or 0
+                if c.num_values * longest + c.total_uncompressed_size > budget:
+                    out.append(f.name)
+                    break
+    return out
+
+
+def bounded_dictionaries(
+    batch: pa.Table | pa.RecordBatch, budget: float, where: str, decode: Sequence[str] = ()
+) -> pa.Table | pa.RecordBatch:
+    """``batch`` with the text dictionaries it holds checked against ``budget`` decoded, and
+    those named in ``decode`` decoded (columns a reader read as dictionaries itself).
+
+    Raises:
+        ValueError: a column's values would take more than ``budget`` bytes decoded.
+    """
+    for i, f in enumerate(batch.schema):
+        if not (pa.types.is_dictionary(f.type) and _is_text(f.type.value_type)):
+            continue
+        column = batch.column(i)
+        pieces = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        size = 0
+        for piece in pieces:
+            lengths = pc.binary_length(piece.dictionary)
+            size += pc.sum(lengths.take(piece.indices)).as_py() or 0
+        if size > budget:
+            raise ValueError(
+                f"{where}, column {f.name!r}: its dictionary decodes to {size} bytes, over the "
+                f"{mib(budget)} a unit may decode at once (raise --unit-memory-mb to read it)"
+            )
+        if f.name in decode:
+            plain = column.cast(f.type.value_type)
+            batch = batch.set_column(i, f.with_type(f.type.value_type), plain)
+    return batch

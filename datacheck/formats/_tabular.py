@@ -28,7 +28,12 @@ from datacheck.formats import (
     memory_budget,
     register,
 )
-from datacheck.formats._parquet_meta import declared_batch_rows, encrypted_columns
+from datacheck.formats._parquet_meta import (
+    bounded_dictionaries,
+    declared_batch_rows,
+    dictionary_text_columns,
+    encrypted_columns,
+)
 
 T = TypeVar("T")
 
@@ -87,6 +92,14 @@ class ParquetFormat(Format):
         skip = encrypted_columns(unit.path)
         batch_rows = [None if skip else declared_batch_rows(meta, i, budget) for i in range(lo, hi)]
         expected = sum(meta.row_group(i).num_rows for i in range(lo, hi))
+        schema = pf.schema_arrow
+        # Text that may decode past the budget is read as dictionaries, decoded once its size
+        # is known (bounded_dictionaries); other text is read as pyarrow reads it (faster).
+        as_dict = [] if skip else self._dictionary_columns(unit, meta, schema, lo, hi, budget)
+        if as_dict:
+            pf = pq.ParquetFile(
+                _storage.source(unit.path), page_checksum_verification=True, read_dictionary=as_dict
+            )
 
         def chunks() -> Iterator[Chunk]:
             offset = unit.row_offset
@@ -96,13 +109,25 @@ class ParquetFormat(Format):
                 else:  # streamed a bounded batch at a time
                     pieces = pf.iter_batches(batch_size=rows, row_groups=[i], use_threads=False)
                 for table in pieces:
+                    table = bounded_dictionaries(table, budget, f"row group {i}", as_dict)
                     n = table.num_rows
                     yield Chunk(row_offset=offset, batch=table)
                     del table  # never hold two row groups at once
                     offset += n
 
-        schema = pf.schema_arrow
         return Opened(_type_names(schema), chunks(), expected_rows=expected, arrow_schema=schema)
+
+    @staticmethod
+    def _dictionary_columns(
+        unit: WorkUnit, meta: Any, schema: pa.Schema, lo: int, hi: int, budget: float
+    ) -> list[str]:
+        text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
+        text += [f.name for f in schema if pa.types.is_large_string(f.type)]
+        text += [f.name for f in schema if pa.types.is_large_binary(f.type)]
+        if not text or budget == float("inf"):
+            return []
+        probe = pq.ParquetFile(_storage.source(unit.path), read_dictionary=text)
+        return dictionary_text_columns(meta, schema, range(lo, hi), probe, budget)
 
     def tables(
         self,
@@ -357,19 +382,20 @@ class ArrowFormat(_Streamed):
             reader = pa.ipc.open_stream(source)
             batches = iter(reader)
         schema = reader.schema
-        chunks = _batches_with_offsets(_validated(batches), 0)
+        chunks = _batches_with_offsets(_validated(batches, memory_budget(options)), 0)
         return Opened(_type_names(schema), chunks, arrow_schema=schema)
 
     def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
         return pa.ipc.new_file(stream, schema)
 
 
-def _validated(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _validated(batches: Iterator[pa.RecordBatch], budget: float) -> Iterator[pa.RecordBatch]:
     """IPC batches fully validated (offsets, lengths, UTF-8) before any check reads them: the
-    format stores buffers as they are, and a damaged offset would read out of bounds."""
-    for batch in batches:
+    format stores buffers as they are, and a damaged offset would read out of bounds.  Text
+    dictionaries must decode within ``budget`` (the checks decode them)."""
+    for i, batch in enumerate(batches):
         batch.validate(full=True)
-        yield batch
+        yield bounded_dictionaries(batch, budget, f"batch {i}")
 
 
 class _JsonLinesWriter:

@@ -224,3 +224,31 @@ def test_a_large_tar_gz_member_is_held_once_while_it_is_checked(tmp_path: Path) 
         tracemalloc.stop()
     assert [c.num_rows for c in chunks] == [1]
     assert peak < size * 1.5, peak
+
+
+def test_a_text_dictionary_that_decodes_past_the_bound_is_refused(tmp_path: Path) -> None:
+    """831 bytes of Parquet repeating a 1 MiB string 4,096 times decode to 4 GiB: read as a
+    dictionary, its decoded size is known before it is allocated (with the Arrow schema
+    stored, pyarrow hands a dictionary; without, it would decode it itself)."""
+    one = pa.array(["b" * (1 << 20)])
+    s = pa.DictionaryArray.from_arrays(pa.array(np.zeros(4096, np.int32)), one)
+    for stored in (True, False):
+        path = tmp_path / f"dict-{stored}.parquet"
+        table = pa.table({"s": s, "x": [1.0] * 4096})
+        pq.write_table(table, path, store_schema=stored, compression="zstd")
+        assert path.stat().st_size < 4096
+        entry = _scan(path, tmp_path / str(stored))
+        _refused(entry, "column 's': its dictionary decodes to 4294967296 bytes, over the 16 MiB")
+
+
+def test_text_read_as_a_dictionary_comes_back_as_the_file_types_it(tmp_path: Path) -> None:
+    words = pa.array(["a", None, "bb", "a", "ccc"] * 1000)
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"w": words, "d": words.dictionary_encode()}), path)
+    report = datacheck.scan(str(path), out=tmp_path / "out", isolate=False)
+    (entry,) = report.data["files"]
+    assert entry["columns"] == {
+        "w": "string",
+        "d": "dictionary<values=string, indices=int32, ordered=0>",
+    }
+    assert entry["status"] == "ok" and entry["rows"] == 5000
