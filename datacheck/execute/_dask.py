@@ -6,10 +6,14 @@ torn down when the scan ends, is interrupted, or fails.  Only :class:`~datacheck
 objects (paths, never data) travel to the workers; workers read the files themselves and send
 back small result objects.
 
+Small units travel in batches (one task runs up to :data:`BATCH_UNITS` of them, at most
+:data:`BATCH_BYTES` of data): a task costs the scheduler milliseconds, a JPEG one to decode.
+
 Faults: a task whose worker dies is redone elsewhere by the scheduler; a unit on which workers
 died more than ``allowed-failures`` times (a poison file that crashes the reader process) comes
 back as :class:`~distributed.KilledWorker` and is handed to the caller's ``on_poison``, and
-the scan carries on.  Exceptions raised inside a task are retried ``retries`` times
+the scan carries on (a batch that kills its workers is split: each of its units runs again as
+its own task, so only the poison one is reported).  Exceptions raised inside a task are retried ``retries`` times
 (they are datacheck bugs or infrastructure errors, since reader errors are already findings).
 
 This module imports dask; it is imported only when the ``distributed`` executor is used.
@@ -24,6 +28,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import dask
@@ -37,6 +42,12 @@ __all__ = ["run_distributed"]
 ALLOWED_FAILURES = 1
 """Worker deaths a unit may cause before it is declared poison (our local clusters only): one
 retry in a fresh worker, as on the local executors."""
+
+
+BATCH_UNITS = 64
+"""Most units one task runs."""
+BATCH_BYTES = 8 << 20
+"""Most data (the units' own sizes) one task reads: a bigger unit is a task of its own."""
 
 
 def dask_setup(worker: object) -> None:
@@ -157,21 +168,62 @@ def _results(
     with _connect(client, scheduler, workers, allowed_failures) as c:
         _announce(c, echo)
         token = uuid.uuid4().hex[:8]
-        keys = [f"datacheck-unit-{token}-{i}" for i in range(len(units))]
-        futures: list[Future] = c.map(fn, units, key=keys, retries=retries, pure=False)
-        unit_of = {f.key: u for f, u in zip(futures, units, strict=True)}
+        n_workers = len(c.scheduler_info().get("workers", {})) or workers
+        batches = _batches(units, n_workers)
+        keys = [f"datacheck-units-{token}-{b[0]}-{len(b)}" for b in batches]
+        futures: list[Future] = c.map(
+            partial(run_batch, fn),
+            [[units[i] for i in b] for b in batches],
+            key=keys,
+            retries=retries,
+            pure=False,
+        )
+        batch_of = dict(zip(keys, batches, strict=True))
+        running = as_completed(futures, loop=c.loop)
         try:
-            for fut in as_completed(futures, loop=c.loop):
-                yield _outcome(fut, unit_of[fut.key], on_poison)
+            for fut in running:
+                batch = batch_of.pop(fut.key)
+                try:
+                    yield from fut.result()
+                except KilledWorker as exc:
+                    if len(batch) == 1:
+                        yield _poison(exc, units[batch[0]], on_poison)
+                    else:  # split: the units run one per task, the poison one alone
+                        for i in batch:
+                            key = f"datacheck-units-{token}-{i}-1"
+                            batch_of[key] = [i]
+                            one = c.submit(
+                                run_batch, fn, [units[i]], key=key, retries=retries, pure=False
+                            )
+                            futures.append(one)
+                            running.add(one)
                 fut.release()
         finally:
             c.cancel([f for f in futures if not f.done()])
 
 
-def _outcome(fut: Future, unit: Any, on_poison: OnPoison) -> Any:
-    try:
-        return fut.result()
-    except KilledWorker as exc:
-        deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
-        msg = f"the reader crashed (KilledWorker: {deaths} worker processes died) on this file"
-        return on_poison(unit, msg)
+def _batches(units: list[Any], workers: int) -> list[list[int]]:
+    """Consecutive units grouped into tasks: up to :data:`BATCH_UNITS` and
+    :data:`BATCH_BYTES` each, and at least four tasks per worker while units last."""
+    most = max(1, min(BATCH_UNITS, len(units) // max(4 * workers, 1)))
+    out: list[list[int]] = []
+    size = 0
+    for i, unit in enumerate(units):
+        weight = unit.size // max(unit.n_parts, 1)
+        if not out or len(out[-1]) >= most or size + weight > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += weight
+    return out
+
+
+def run_batch(fn: Callable[[Any], Any], units: list[Any]) -> list[Any]:
+    """One task: ``fn`` over a few units, in order."""
+    return [fn(unit) for unit in units]
+
+
+def _poison(exc: KilledWorker, unit: Any, on_poison: OnPoison) -> Any:
+    deaths = getattr(exc, "allowed_failures", ALLOWED_FAILURES) + 1
+    msg = f"the reader crashed (KilledWorker: {deaths} worker processes died) on this file"
+    return on_poison(unit, msg)
