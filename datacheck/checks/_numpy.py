@@ -85,7 +85,8 @@ def group_indices(
         counts = np.diff(np.append(starts, idx.size)).astype(np.int64)
         firsts = starts
         rows = rows[starts]
-    first_vals = None if values is None else values[idx[firsts]].astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):  # a signalling NaN (a damaged file) sets the flag
+        first_vals = None if values is None else values[idx[firsts]].astype(np.float64, copy=False)
     return Hits(check, severity, rows.astype(np.int64, copy=False), counts, first_vals)
 
 

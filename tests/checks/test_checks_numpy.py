@@ -109,3 +109,12 @@ def test_fp16_bound_is_exact_in_every_float_width(dtype: type) -> None:
     rows = sorted(int(r) for h in hits if h.check == "fp16_safe" for r in h.rows)
     assert rows == want
     assert (np.abs(values.astype(np.float64)) > FP16_OVERFLOW).nonzero()[0].tolist() == want
+
+
+def test_a_signalling_nan_is_a_nan_finding_without_a_warning() -> None:
+    """A damaged float32 can hold a signalling NaN; casting it for the finding's value sets
+    the FP invalid flag (a RuntimeWarning, an error under pytest): found like any NaN."""
+    values = np.array([1.0, 0.0, 2.0], dtype=np.float32)
+    values.view(np.uint32)[1] = 0x7F800001  # exponent all ones, quiet bit clear
+    (hit,) = check_values(values, None, RowMap(3, stride=1), default_rules(True, True))
+    assert hit.check == "nan" and hit.rows.tolist() == [1]
