@@ -334,6 +334,9 @@ class _Shapes:
 
 _CACHE_CHARS = 1 << 22
 """Characters of shapes kept at most (4,096 shapes of 1,000 characters)."""
+_LINE_CHARS = 1 << 20
+"""A line is read this many characters at a time at most: a file without line breaks is read
+in pieces, never whole."""
 _PATTERNS = 64
 _RUNS = 64
 """A shape gets its pattern once a line of it has followed one of it this many times (a log
@@ -417,7 +420,8 @@ def read_text(path: Path, keep: set[str]) -> Table:
     """
     reader = _Reader(keep)
     with path.open(encoding="utf-8", errors="replace", newline="") as fh:
-        for physical in fh:
+        read = fh.readline
+        while physical := read(_LINE_CHARS):
             for line in physical.split("\r"):  # progress bars redraw with carriage returns
                 if line.strip():
                     reader.line(line)

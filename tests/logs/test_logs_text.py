@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import tracemalloc
 from pathlib import Path
 
 import _trainers as tr
@@ -63,3 +64,17 @@ def test_plans_read_what_a_full_parse_of_every_line_reads(tmp_path, monkeypatch,
     planned = _read(path, monkeypatch, 2)
     monkeypatch.setattr(_text, "_CACHE_LIMIT", 0)  # no plans: every line parsed in full
     assert planned == _read(path, monkeypatch, 2) and planned[0]
+
+
+def test_a_file_without_line_breaks_is_read_in_pieces(tmp_path):
+    """8 MB of one line: read 1 MB at a time (the peak stays a few pieces, not the file)."""
+    text = "step 1 loss 2.0\n" + "x=y " * 2_000_000 + "\nstep 2 loss 2.1\nstep 3 loss 2.2\n"
+    path = tr.write(tmp_path / "one-line.log", text)
+    tracemalloc.start()
+    try:
+        table = read_text(path, set())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert list(table.train.cols["loss"]) == [2.0, 2.1, 2.2]
+    assert peak < 12 * 2**20, f"{peak / 2**20:.0f} MB"
