@@ -299,10 +299,14 @@ class TrainingGuard(DeviceDecisions, GoodStates):
         self._held = None  # the previous step's outliers: this step is bad too, not isolated
         policy = self._policy
         spike = plan.events[0]["kind"] == "loss_spike"
+        # A non-finite gradient beside finite per-sample losses, one of them far above the rest
+        # (an input of 1e30): that sample overflowed it, whatever state the run is in.  A loss
+        # spike is finite everywhere; its outliers count only when the run is settled.
+        nonfinite = not spike
         local = name_samples(
             indices,
             sample_losses,
-            outliers=policy.settled and (spike or self.world.rank in plan.ranks),
+            outliers=(nonfinite or policy.settled) and (spike or self.world.rank in plan.ranks),
             threshold=self._threshold if spike else None,
         )
         named = [{**s, "rank": self.world.rank} for s in local]
@@ -310,7 +314,7 @@ class TrainingGuard(DeviceDecisions, GoodStates):
             parts: list[Any] = [None] * self.world.size
             dist.all_gather_object(parts, named, group=self.world.group)
             named = [s for part in parts for s in part]
-        sure = any(s["check"] == "nonfinite_loss" for s in named)
+        sure = bool(named) and nonfinite or any(s["check"] == "nonfinite_loss" for s in named)
         policy.blame(plan, evidence=sure)
         if indices is not None:
             plan.events[0]["indices"] = [int(i) for i in indices][:1000]

@@ -233,6 +233,31 @@ def test_no_sample_is_named_an_outlier_while_the_run_recovers_from_a_rollback(tm
     assert read_quarantine(folder)["index"].tolist() == [7]
 
 
+def test_samples_that_overflow_the_gradient_are_named_even_in_consecutive_bad_steps(tmp_path):
+    """An input of 1e30 gives a finite loss (about 1e29) but a gradient norm that overflows: a
+    non-finite step, with one sample's loss far above the rest.  Three such batches in a row are
+    bad data, named at once, not a divergence to roll back from."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    guard = TrainingGuard(model, opt, quarantine=str(tmp_path / "q"))
+    results = []
+    for step in range(20):
+        xb = x.clone()
+        if step in (10, 11, 12):
+            xb[step - 5, 2] = 1e30
+        per_sample = F.cross_entropy(model(xb), y, reduction="none")
+        per_sample.mean().backward()
+        indices = [100 * step + i for i in range(32)]
+        results.append(guard.step(per_sample.mean(), indices=indices, sample_losses=per_sample))
+        opt.zero_grad()
+    guard.close()
+    assert [r.step for r in results if not r.action.stepped] == [10, 11, 12]
+    assert not any("rollback" in r.events for r in results)
+    assert sorted(read_quarantine(tmp_path / "q")["index"]) == [1005, 1106, 1207]
+
+
 def test_first_snapshot_is_taken_at_the_start_and_sparse_bad_batches_do_not_block_more():
     model, x, y = _setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
