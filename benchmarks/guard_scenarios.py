@@ -13,28 +13,39 @@ Each scenario is trained three ways from the same seed and the same batches:
 Scenarios: ``clean``; ``poison`` (NaN/Inf/1e30 features, out-of-range labels/ids in 2 % of
 the samples); ``lr_base`` (the base LR x100 from mid-run on); ``lr_window`` (the schedule x100
 for 20 steps); ``fp16`` (MLP: fp16 autocast, inputs that overflow inside the model);
-``shuffled`` (a 50-batch window of shuffled labels / random targets).  Prints final held-out
-loss and accuracy, steps lost, guard events and clean samples quarantined; writes
+``shuffled`` (a 50-batch window of shuffled labels / random targets); ``ddp2`` (MLP: DDP over
+2 gloo processes on loopback, each rank reading its own shard, NaN/Inf/1e30 features in 4 % of
+rank 1's shard; skip-and-clip then backpropagates on every rank and skips when the all-reduced
+norm is non-finite, since a rank that skips its backward alone hangs the others).  Prints final
+held-out loss and accuracy, steps lost, guard events and clean samples quarantined; writes
 ``results/guard-scenarios.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import socket
 import tempfile
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from _harness import Table, write_results
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from datacheck.torch import GuardedLoader, TrainingGuard, TrainingStopped, read_quarantine
 
 F = torch.nn.functional
-SCENARIOS = ("clean", "poison", "lr_base", "lr_window", "fp16", "shuffled")
+SCENARIOS = ("clean", "poison", "lr_base", "lr_window", "fp16", "shuffled", "ddp2")
+MLP_ONLY = ("fp16", "ddp2")
 WAYS = ("none", "clip", "guard")
 
 
@@ -67,22 +78,25 @@ class Task:
     steps: int
     batch: int = 32
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    seed: int = 0
+    """Varies the model's initialisation and the batch order (not the data), for noise."""
 
 
-def mlp_task(steps: int) -> Task:
+def mlp_task(steps: int, seed: int = 0) -> Task:
     gen = torch.Generator().manual_seed(0)
     protos = torch.randn(10, 64, generator=gen)
     y = torch.randint(0, 10, (1800,), generator=gen)
     x = protos[y] + 1.6 * torch.randn(1800, 64, generator=gen)
 
     def model() -> torch.nn.Module:
-        torch.manual_seed(1)
+        torch.manual_seed(1 + seed)
         return torch.nn.Sequential(
             torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
         )
 
     train = Samples(x[:1500], y[:1500])
-    return Task("mlp", train, (x[1500:], y[1500:]), 10, model, 2e-3, steps, ranges={"1": (0, 9)})
+    test = (x[1500:], y[1500:])
+    return Task("mlp", train, test, 10, model, 2e-3, steps, ranges={"1": (0, 9)}, seed=seed)
 
 
 class CharLM(torch.nn.Module):
@@ -102,7 +116,7 @@ class CharLM(torch.nn.Module):
         return self.head(self.body(h, mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True))
 
 
-def lm_task(steps: int, context: int = 32) -> Task:
+def lm_task(steps: int, context: int = 32, seed: int = 0) -> Task:
     root = Path(__file__).resolve().parents[1] / "datacheck"
     text = "".join(p.read_text() for p in sorted(root.rglob("*.py")))
     ids = torch.tensor([min(ord(c), 127) for c in text[:400_000]], dtype=torch.long)
@@ -112,13 +126,12 @@ def lm_task(steps: int, context: int = 32) -> Task:
     cut = int(0.9 * n)
 
     def model() -> torch.nn.Module:
-        torch.manual_seed(1)
+        torch.manual_seed(1 + seed)
         return CharLM(context=context)
 
     ranges = {"0": (0, 127), "1": (0, 127)}
-    return Task(
-        "lm", Samples(x[:cut], y[:cut]), (x[cut:], y[cut:]), 128, model, 3e-3, steps, ranges=ranges
-    )
+    train, test = Samples(x[:cut], y[:cut]), (x[cut:], y[cut:])
+    return Task("lm", train, test, 128, model, 3e-3, steps, ranges=ranges, seed=seed)
 
 
 def per_sample_loss(task: Task, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -197,7 +210,7 @@ def run(task: Task, scenario: str, way: str, folder: Path) -> dict[str, Any]:
     )
     fp16 = scenario == "fp16"
     scaler = torch.amp.GradScaler("cpu", enabled=fp16)
-    sampler = RandomSampler(task.train, generator=torch.Generator().manual_seed(3))
+    sampler = RandomSampler(task.train, generator=torch.Generator().manual_seed(3 + task.seed))
     loader: Any = DataLoader(task.train, batch_size=task.batch, sampler=sampler, drop_last=True)
     guard = None
     if way == "guard":
@@ -235,7 +248,7 @@ def run(task: Task, scenario: str, way: str, folder: Path) -> dict[str, Any]:
     return {**out, "loss": loss_v, "acc": acc, "clean_quarantined": len(named - poisoned)}
 
 
-def update(way, guard, model, opt, scaler, loss, idx, per_sample, out) -> bool:
+def update(way, guard, model, opt, scaler, loss, idx, per_sample, out, ddp=False) -> bool:
     if way == "guard":
         scaler.scale(loss).backward()
         res = guard.step(loss, indices=idx.tolist(), sample_losses=per_sample.detach())
@@ -243,7 +256,7 @@ def update(way, guard, model, opt, scaler, loss, idx, per_sample, out) -> bool:
         out["lr_cuts"] += "lr_reduced" in res.events
         out["skips"] += res.action.value == "skip"
         return res.action.stepped
-    if way == "clip" and not torch.isfinite(loss):
+    if way == "clip" and not ddp and not torch.isfinite(loss):
         return False
     scaler.scale(loss).backward()
     if way == "none":
@@ -260,30 +273,145 @@ def update(way, guard, model, opt, scaler, loss, idx, per_sample, out) -> bool:
     return True
 
 
+# -- (iv) DDP: bad data on one rank ----------------------------------------------------------
+
+
+class ShardSampler(Sampler[int]):
+    """A rank's own shard (every ``world``-th index, as if read from its own files), shuffled
+    anew each epoch: bad data in the shard stays on that rank."""
+
+    def __init__(self, n: int, rank: int, world: int, seed: int) -> None:
+        self.indices, self.seed, self.epoch = list(range(rank, n, world)), seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter([self.indices[i] for i in torch.randperm(len(self), generator=gen).tolist()])
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def plant_rank(task: Task, rank: int, world: int) -> set[int]:
+    """NaN, Inf and 1e30 features in 4 % of rank ``rank``'s shard; returns their indices."""
+    shard = list(range(rank, len(task.train), world))
+    gen = torch.Generator().manual_seed(7)
+    bad = [shard[p] for p in torch.randperm(len(shard), generator=gen)[: len(shard) // 25]]
+    for k, i in enumerate(bad):
+        x = task.train.x[i].clone()
+        x[k % len(x)] = (math.nan, math.inf, 1e30)[k % 3]
+        task.train.poison[i] = (x, task.train.y[i].clone())
+    return set(bad)
+
+
+def ddp_run(task: Task, way: str, rank: int, world: int, folder: Path) -> dict[str, Any]:
+    poisoned = plant_rank(task, 1, world)
+    model = torch.nn.parallel.DistributedDataParallel(task.model())
+    opt = torch.optim.AdamW(model.parameters(), lr=task.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: schedule(s, task.steps))
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    sampler = ShardSampler(len(task.train), rank, world, seed=3 + task.seed)
+    loader: Any = DataLoader(task.train, batch_size=task.batch, sampler=sampler, drop_last=True)
+    guard = None
+    if way == "guard":
+        loader = GuardedLoader(loader, quarantine=str(folder), ranges=task.ranges)
+        guard = TrainingGuard(model, opt, scheduler=sched, loader=loader, quarantine=str(folder))
+    out = {"lost": 0, "stopped": None, "crashed": None, "rollbacks": 0, "lr_cuts": 0, "skips": 0}
+    step = epoch = 0
+    try:
+        while step < task.steps:
+            loader.set_epoch(epoch) if guard is not None else sampler.set_epoch(epoch)
+            epoch += 1
+            for x, y, idx in loader:
+                if step >= task.steps:
+                    break
+                per_sample = F.cross_entropy(model(x), y, reduction="none")
+                loss = per_sample.mean()
+                args = (model, opt, scaler, loss, idx, per_sample, out)
+                stepped = update(way, guard, *args, ddp=True)
+                out["lost"] += not stepped
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+    except TrainingStopped:
+        out["stopped"] = step
+    if guard is not None:
+        guard.close()
+        loader.close()
+    dist.barrier()  # every rank's quarantine rows are written
+    loss_v, acc = evaluate(task, model.module)
+    named = set(read_quarantine(folder)["index"].tolist()) if way == "guard" else set()
+    task.train.poison.clear()
+    return {**out, "loss": loss_v, "acc": acc, "clean_quarantined": len(named - poisoned)}
+
+
+def ddp_worker(rank: int, world: int, port: int, steps: int, seed: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    torch.set_num_threads(1)
+    task = mlp_task(steps, seed)
+    rows = [{"way": way, **ddp_run(task, way, rank, world, Path(out, way))} for way in WAYS]
+    if rank == 0:
+        Path(out, "rows.json").write_text(json.dumps(rows))
+    dist.destroy_process_group()
+
+
+def measure_ddp(
+    steps: int, seed: int = 0, world: int = 2, timeout: float = 900.0
+) -> list[dict[str, Any]]:
+    """Scenario (iv): the three ways under DDP, ``world`` gloo processes on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.start_processes(
+            ddp_worker,
+            args=(world, port, steps, seed, tmp),
+            nprocs=world,
+            join=False,
+            start_method="spawn",
+        )
+        deadline = time.monotonic() + timeout
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    proc.kill()
+                raise TimeoutError(f"the {world}-rank DDP scenario ran past {timeout:.0f} s")
+        rows = json.loads(Path(tmp, "rows.json").read_text())
+    return [{"task": "mlp", "scenario": f"ddp{world}", **row} for row in rows]
+
+
 # -- the table -----------------------------------------------------------------------------------
 
 
 def scenarios_for(task: Task, small: bool) -> list[str]:
-    chosen = ["clean", "poison", "lr_base", "shuffled"] if small else list(SCENARIOS)
-    return [s for s in chosen if not (s == "fp16" and task.name != "mlp")]
+    chosen = ["clean", "poison", "lr_base", "shuffled", "ddp2"] if small else list(SCENARIOS)
+    return [s for s in chosen if task.name == "mlp" or s not in MLP_ONLY]
 
 
-def measure(small: bool = False) -> list[dict[str, Any]]:
-    tasks = [mlp_task(300 if small else 900)] + ([] if small else [lm_task(600)])
+def measure(
+    small: bool = False, seeds: tuple[int, ...] = (0,), only: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """Rows of (task, scenario, way, seed, results); ``only``: these scenarios (default all)."""
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for task in tasks:
-            for scenario in scenarios_for(task, small):
-                for way in WAYS:
-                    folder = Path(tmp) / f"{task.name}-{scenario}-{way}"
-                    rows.append(
-                        {
-                            "task": task.name,
-                            "scenario": scenario,
-                            "way": way,
-                            **run(task, scenario, way, folder),
-                        }
-                    )
+    for seed in seeds:
+        tasks = [mlp_task(300 if small else 900, seed)]
+        tasks += [] if small else [lm_task(600, seed=seed)]
+        with tempfile.TemporaryDirectory() as tmp:
+            for task in tasks:
+                for scenario in scenarios_for(task, small):
+                    if only and scenario not in only:
+                        continue
+                    if scenario.startswith("ddp"):
+                        found = measure_ddp(task.steps, seed, world=int(scenario[3:]))
+                        rows += [{**r, "seed": seed} for r in found]
+                        continue
+                    for way in WAYS:
+                        folder = Path(tmp) / f"{task.name}-{scenario}-{way}"
+                        head = {"task": task.name, "scenario": scenario, "way": way, "seed": seed}
+                        rows.append({**head, **run(task, scenario, way, folder)})
     return rows
 
 
@@ -291,34 +419,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--small", action="store_true", help="the quick version the tests run")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=1, help="repeat with seeds 0..N-1 (noise)")
+    ap.add_argument("--only", default="", help="comma-separated scenarios (default: all)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    rows = measure(a.small)
-    cols = [
-        "task",
-        "scenario",
-        "way",
-        "loss",
-        "acc",
-        "lost",
-        "skips",
-        "rollbacks",
-        "lr_cuts",
-        "stopped",
-        "crashed",
-        "clean_quarantined",
-    ]
+    only = tuple(x for x in a.only.split(",") if x)
+    rows = measure(a.small, tuple(range(a.seeds)), only)
+    cols = ["task", "scenario", "way"] + (["seed"] if a.seeds > 1 else [])
+    cols += ["loss", "acc", "lost", "skips", "rollbacks", "lr_cuts", "stopped", "crashed"]
+    cols += ["clean_quarantined"]
     table = Table(
         cols,
         [[r[c] if r[c] is not None else "" for c in cols] for r in rows],
         title="TrainingGuard scenarios (CPU)",
     )
-    write_results(
-        "guard-scenarios" + ("-small" if a.small else ""),
-        {"rows": rows},
-        table=table,
-        params=vars(a),
-    )
+    name = "guard-scenarios" + ("-small" if a.small else "")
+    name += "-noise" if a.seeds > 1 or only else ""
+    write_results(name, {"rows": rows}, table=table, params=vars(a))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """The scenario benchmark's small version, with its targets as assertions (issue 14).
 
-MLP task, 300 steps, scenarios clean / poison / lr_base / shuffled, three ways each.
+MLP task, 300 steps, scenarios clean / poison / lr_base / shuffled, and ddp2 (2 gloo processes,
+bad data on rank 1), three ways each.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -27,7 +29,7 @@ def rows():
 @pytest.mark.timeout(900)
 def test_never_worse_than_skip_and_clip_and_better_where_it_acts(rows):
     better = 0
-    for scenario in ("clean", "poison", "lr_base", "shuffled"):
+    for scenario in ("clean", "poison", "lr_base", "shuffled", "ddp2"):
         guard, clip = rows[scenario, "guard"], rows[scenario, "clip"]
         assert guard["stopped"] is None and guard["crashed"] is None, scenario
         if clip["crashed"] is not None:
@@ -37,6 +39,7 @@ def test_never_worse_than_skip_and_clip_and_better_where_it_acts(rows):
         assert guard["acc"] >= clip["acc"] - 0.01, scenario
         better += guard["loss"] < 0.8 * clip["loss"]
     assert better >= 3  # poison (finishes), lr_base and shuffled (lower held-out loss)
+    assert math.isnan(rows["ddp2", "none"]["loss"])  # one rank's NaN reaches every rank
 
 
 @pytest.mark.slow
@@ -44,7 +47,7 @@ def test_never_worse_than_skip_and_clip_and_better_where_it_acts(rows):
 def test_silent_on_a_clean_run_and_no_clean_sample_quarantined(rows):
     clean = rows["clean", "guard"]
     assert clean["skips"] == clean["rollbacks"] == clean["lr_cuts"] == clean["lost"] == 0
-    for scenario in ("clean", "poison", "lr_base", "shuffled"):
+    for scenario in ("clean", "poison", "lr_base", "shuffled", "ddp2"):
         assert rows[scenario, "guard"]["clean_quarantined"] == 0, scenario
     assert rows["shuffled", "guard"]["lr_cuts"] == 0  # bad data is skipped, never an LR cut
     assert rows["lr_base", "guard"]["lr_cuts"] >= 1  # divergence is
