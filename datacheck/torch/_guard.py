@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from datacheck.errors import UsageError
@@ -38,13 +37,12 @@ from datacheck.torch._guard_device import (
     merge_micro,
     scaled_lr,
 )
+from datacheck.torch._guard_evidence import SampleEvidence
 from datacheck.torch._guard_log import (
     SKIPPED_KINDS,
     EventLog,
     bad_steps,
     guard_quarantine,
-    name_samples,
-    quarantine_records,
 )
 from datacheck.torch._guard_policy import Escalation, Plan, Policy
 from datacheck.torch._guard_state import GoodStates
@@ -61,7 +59,7 @@ from datacheck.torch._syncfree import MaskedStep
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
 
 
-class TrainingGuard(DeviceDecisions, GoodStates):
+class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
     """Guards optimizer steps against NaN/Inf, loss spikes and divergence.
 
     Example:
@@ -287,53 +285,6 @@ class TrainingGuard(DeviceDecisions, GoodStates):
         action = Action.CLIP if clipped else Action.STEP
         plan = policy.healthy(step, action, mean_loss, max_norm, table.norms)
         return plan, mean_loss, max_norm
-
-    def _evidence(
-        self,
-        step: int,
-        plan: Plan,
-        indices: Sequence[int] | None,
-        sample_losses: torch.Tensor | None,
-    ) -> None:
-        """Name the samples behind a skipped step (every rank's), then blame data or divergence."""
-        self._held = None  # the previous step's outliers: this step is bad too, not isolated
-        policy = self._policy
-        spike = plan.events[0]["kind"] == "loss_spike"
-        # A non-finite gradient beside finite per-sample losses, one of them far above the rest
-        # (an input of 1e30): that sample overflowed it, whatever state the run is in.  A loss
-        # spike is finite everywhere; its outliers count only when the run is settled.
-        nonfinite = not spike
-        local = name_samples(
-            indices,
-            sample_losses,
-            outliers=(nonfinite or policy.settled) and (spike or self.world.rank in plan.ranks),
-            threshold=self._threshold if spike else None,
-        )
-        named = [{**s, "rank": self.world.rank} for s in local]
-        if self.world.size > 1:  # every rank skips this step, so every rank joins
-            parts: list[Any] = [None] * self.world.size
-            dist.all_gather_object(parts, named, group=self.world.group)
-            named = [s for part in parts for s in part]
-        sure = bool(named) and nonfinite or any(s["check"] == "nonfinite_loss" for s in named)
-        policy.blame(plan, evidence=sure)
-        if indices is not None:
-            plan.events[0]["indices"] = [int(i) for i in indices][:1000]
-        if not named:
-            return
-        plan.events[0]["samples"] = named[:1000]
-        rows = quarantine_records(local, self._epoch, self._batch, self.world.rank)
-        if sure:
-            self._name(rows, named)
-        else:  # outliers: named once the next step shows the spike was isolated (not divergence)
-            plan.events[0]["pending"] = True
-            self._held = (rows, named)
-
-    def _name(self, rows: list[dict[str, Any]], named: list[dict[str, Any]]) -> None:
-        """Quarantine this rank's named samples; exclude every rank's for the rest of the run."""
-        if self._quarantine is not None and rows:
-            self._quarantine.write(rows)
-        if self.loader is not None:
-            self.loader.exclude({int(s["index"]) for s in named})
 
     # -- applying decisions ----------------------------------------------------------------
 

@@ -17,7 +17,13 @@ from datacheck._jsonl import JsonlWriter, json_safe, read_records
 from datacheck.errors import UsageError
 from datacheck.torch._quarantine import QuarantineWriter
 
-__all__ = ["EventLog", "bad_steps", "guard_quarantine", "name_samples", "quarantine_records"]
+__all__ = [
+    "EventLog",
+    "bad_steps",
+    "guard_quarantine",
+    "name_samples",
+    "quarantine_records",
+]
 
 
 class EventLog:
@@ -88,14 +94,18 @@ def name_samples(
     *,
     outliers: bool,
     threshold: float | None = None,
+    floor: float | None = None,
 ) -> list[dict[str, Any]]:
     """The samples behind a bad step, named only on per-sample evidence.
 
     Evidence is a non-finite per-sample loss; or, when ``outliers``, losses that are outliers
     within their batch (robust z and ratio to the batch median), a few of them, whose removal
-    brings this batch's mean under the spike ``threshold`` (when given).  A batch whose loss is
-    high as a whole names nothing (its samples are not to blame one by one), nor does a batch
-    whose mean is under the threshold (another rank's spike).
+    brings this batch's mean under the spike ``threshold`` (when given), each at or above
+    ``floor`` (the run's start level, when known: an untrained model's guess).  On a model near
+    zero loss a hard clean sample stands 100x above its batch (0.1 against 0.001) but is no
+    worse than a guess; a poisoned or mislabelled one is.  A batch whose loss is high as a
+    whole names nothing (its samples are not to blame one by one), nor does a batch whose mean
+    is under the threshold (another rank's spike).
     """
     if sample_losses is None or sample_losses.numel() == 0:
         return []
@@ -108,6 +118,8 @@ def name_samples(
     if not outliers or (threshold is not None and not sum(values) / len(values) >= threshold):
         return []
     out = _outliers(values, threshold)
+    if floor is not None and any(values[i] < floor for i in out):
+        return []  # no worse than the untrained model did on average: no evidence
     return [{"index": names[i], "check": "loss_outlier", "loss": values[i]} for i in out]
 
 

@@ -22,6 +22,8 @@ evidence), a grad-norm spike or a rollback first discard it.
 from __future__ import annotations
 
 import enum
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +103,16 @@ class Policy:
         self.since_restore: int | None = None
         self.restored_from = 1.0
         self.sticky = cfg.lr_restore_after is None
+        self.start: list[float] = []
+        """The first healthy losses of the run (``start_level``)."""
+
+    @property
+    def start_level(self) -> float | None:
+        """The run's start: the median loss of its first ``min_spread`` healthy steps (about an
+        untrained model's guess); None until then."""
+        if len(self.start) < self.cfg.loss_spike.min_spread:
+            return None
+        return statistics.median(self.start)
 
     @property
     def settled(self) -> bool:
@@ -185,6 +197,8 @@ class Policy:
             self.grad_streak = 0
             if self.confirming is not None:
                 self.confirming += 1
+        if len(self.start) < self.cfg.loss_spike.min_spread and math.isfinite(loss):
+            self.start.append(loss)
         self.loss.update(loss, step=step)
         self.bad_streak = self.overflow_streak = 0
         self.incident = None
@@ -287,6 +301,7 @@ class Policy:
         "since_restore",
         "restored_from",
         "sticky",
+        "start",
     )
 
     def state(self) -> dict[str, Any]:

@@ -208,8 +208,7 @@ def test_a_snapshot_is_a_rollback_target_only_once_healthy_steps_followed_it(tmp
 
 def test_no_sample_is_named_an_outlier_while_the_run_recovers_from_a_rollback(tmp_path):
     """After divergence (a rollback) a loss spike is the optimizer's doing: a sample that stands
-    out in its batch (a hard one, on a model near zero loss) is no evidence then.  Later, once
-    the run has settled, the same batch names it."""
+    out in its batch is no evidence then.  Later, once the run has settled, it is named."""
     model, x, y = _setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.02)
     folder = tmp_path / "q"
@@ -256,6 +255,33 @@ def test_samples_that_overflow_the_gradient_are_named_even_in_consecutive_bad_st
     assert [r.step for r in results if not r.action.stepped] == [10, 11, 12]
     assert not any("rollback" in r.events for r in results)
     assert sorted(read_quarantine(tmp_path / "q")["index"]) == [1005, 1106, 1207]
+
+
+def test_a_hard_clean_sample_is_no_worse_than_the_runs_start_and_is_never_named(tmp_path):
+    """On a model near zero loss a hard clean sample stands 100x above its batch and makes it
+    spike, but its loss is no worse than the untrained model's guess (the run's start level);
+    a broken one is."""
+    model, x, y = _setup()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    folder = tmp_path / "q"
+    guard = TrainingGuard(model, opt, quarantine=str(folder))
+    events = {}
+    for step in range(300):  # the early losses leave the detector's 128-step window
+        yb = y[:32].clone()
+        if step in (260, 280):
+            yb[7] += {260: 1.0, 280: 100.0}[step]  # hard (error 1), then broken (error 1e4)
+        per_sample = F.mse_loss(model(x[:32]), yb, reduction="none").mean(1)
+        per_sample.mean().backward()
+        result = guard.step(
+            per_sample.mean(), indices=list(range(32)), sample_losses=per_sample.detach()
+        )
+        events[step] = result.events
+        opt.zero_grad()
+    guard.close()
+    assert events[260] == ("loss_spike",) and events[280] == ("loss_spike",)  # both spike
+    assert "samples_named" not in events[261] and "samples_named" in events[281]
+    assert read_quarantine(folder)["index"].tolist() == [7]
+    assert 1.0 < guard._policy.start_level  # the untrained model's mean squared error
 
 
 def test_first_snapshot_is_taken_at_the_start_and_sparse_bad_batches_do_not_block_more():
