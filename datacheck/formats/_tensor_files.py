@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from datacheck.findings import Finding
-from datacheck.formats import Chunk, Format, Opened, WorkUnit
+from datacheck.formats import Chunk, Format, Opened, WorkUnit, memory_budget, mib
 from datacheck.formats._tensor_common import (
     MappedFile,
     SampleChunk,
@@ -205,6 +205,33 @@ def _with_fill_rows(base: Opened, unwritten: list[Source], findings: list[Findin
     return Opened(base.columns, chunks(), expected_rows=total, extra=base.extra)
 
 
+def _chunk_cached(fh: Any, name: str, budget: float) -> Any:
+    """``ds`` reopened with a chunk cache that holds a row of its chunks (all the chunks one
+    slice of samples crosses): HDF5's default 1 MiB cache re-inflated a 256 MiB chunk for
+    every few MiB of samples read.  A chunk past ``budget`` decoded is refused first."""
+    import h5py
+
+    ds = fh[name]
+    chunks, shape = ds.chunks, ds.shape
+    if chunks is None or not shape:
+        return ds
+    chunk = math.prod(chunks) * ds.dtype.itemsize
+    if chunk > budget:
+        raise TensorFileError(
+            f"dataset {name!r}: chunks of {chunk} bytes decoded, over the {mib(budget)} a unit "
+            "may decode at once (raise --unit-memory-mb to read it)"
+        )
+    across = math.prod(-(-n // c) for n, c in zip(shape[1:], chunks[1:], strict=True))
+    if chunk * across <= 1 << 20:
+        return ds  # the default cache holds it
+    del ds  # closed, so that the dataset opens again with its own cache
+    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(
+        max(521, 8 * across + 1), int(min(chunk * across, budget)) + (1 << 20), 1.0
+    )
+    return h5py.Dataset(h5py.h5d.open(fh.id, name.encode(), dapl))
+
+
 class Hdf5Format(Format):
     name = "hdf5"
     extensions = (".h5", ".hdf5", ".hdf")
@@ -217,23 +244,28 @@ class Hdf5Format(Format):
         import h5py
 
         fh = h5py.File(unit.path, "r")
-        datasets: list[tuple[str, Any]] = []
+        names: list[str] = []
         fill_findings: list[Finding] = []
 
         def visit(name: str, obj: Any) -> None:
             if isinstance(obj, h5py.Dataset):
-                datasets.append((name, obj))
+                names.append(name)  # not the object: a dataset left open keeps its cache
 
         fh.visititems(visit)
+        budget = memory_budget(options)
         sources, unwritten = [], []
-        for name, ds in datasets:
+        for name in names:
+            ds = fh[name]
             src = _h5_source(name, ds)
             if src.read is not None and src.shape and _never_written(ds):
                 unwritten.append(Source(name, src.shape, src.dtype, src.itemsize, None))
                 sources.append(unwritten[-1])
                 fill_findings.extend(_fill_findings(unit.path, name, ds))
-            else:
+            elif src.read is None:
                 sources.append(src)
+            else:
+                del src, ds  # closed: read through a dataset opened with its own chunk cache
+                sources.append(_h5_source(name, _chunk_cached(fh, name, budget)))
         if not unwritten:
             return opened(sources, close=fh.close)
         return _with_fill_rows(opened(sources, close=fh.close), unwritten, fill_findings)

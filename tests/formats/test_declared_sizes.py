@@ -252,3 +252,26 @@ def test_text_read_as_a_dictionary_comes_back_as_the_file_types_it(tmp_path: Pat
         "d": "dictionary<values=string, indices=int32, ordered=0>",
     }
     assert entry["status"] == "ok" and entry["rows"] == 5000
+
+
+def test_an_hdf5_chunk_is_inflated_once_and_a_chunk_past_the_bound_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A 256 MiB gzip chunk was re-inflated for every 8 MiB slice of samples (18 s for a 1 MB
+    file): each dataset gets a chunk cache holding a row of its chunks."""
+    h5py = __import__("pytest").importorskip("h5py")
+    from datacheck.formats._tensor_files import _chunk_cached
+
+    path = tmp_path / "gz.h5"
+    with h5py.File(path, "w") as h:
+        x = np.zeros((1 << 16, 64), np.float32)  # one 16 MiB chunk, a few KB of gzip
+        x[7, 3] = NAN
+        h.create_dataset("x", data=x, chunks=x.shape, compression="gzip")
+        h.create_dataset("small", data=np.arange(100.0), chunks=(10,))
+    with h5py.File(path, "r") as fh:
+        nslots, nbytes, _ = _chunk_cached(fh, "x", 64 << 20).id.get_access_plist().get_chunk_cache()
+        assert nbytes > 16 << 20
+        assert _chunk_cached(fh, "small", 64 << 20).chunks == (10,)
+    entry = _scan(path, tmp_path / "big", isolate=False)  # a 16 MiB chunk fits a 64 MiB unit
+    assert entry["status"] == "flagged" and entry["counts"] == {"nan": 1}
+    _refused(_scan(path, tmp_path / "small", unit_memory_mb=32), "chunks of 16777216 bytes")
