@@ -1,24 +1,30 @@
 """A seeded mutation fuzzer for ``datacheck scan``: damaged files must never stop the scan.
 
-Seeds are small valid files in every format the fuzzer can write itself (Parquet, CSV, Arrow
-IPC file and stream, Feather v1, JSON Lines, NumPy ``.npy``/``.npz``, safetensors, torch
-``.pt``, HDF5, tar shards of ``.npy`` samples; the tensor ones when their library is
-installed).  Each mutant is a seed with one or more of: truncation, bit flips, byte runs set
-to 0x00/0xFF, a 4- or 8-byte field set to a huge or negative integer, a chunk duplicated or
-deleted; plus generated hostile inputs (JSON nested thousands deep, a 12-byte Feather v1).
+Seeds (:mod:`_seeds`) are small valid files of every format datacheck reads: Parquet, CSV,
+Arrow IPC file and stream, Feather v1, JSON Lines, NumPy ``.npy``/``.npz``, safetensors, torch
+``.pt``, HDF5, tar shards (``.npy`` samples; images, labels and audio), images (JPEG, PNG,
+animated GIF, multi-page TIFF, WebP, BMP), audio (WAV, FLAC, Ogg Vorbis), TFRecord (plain and
+gzip), flat token files; and multi-file datasets: a Megatron ``.idx``/``.bin`` pair, MDS index +
+shard (plain, zstd, gzip) and a Hugging Face ``save_to_disk`` split, damaged one file at a time
+beside intact siblings.  Mutations (:mod:`_mutate`): byte edits (truncation, bit flips, byte
+runs, huge or negative integer fields, header/footer fields, a chunk duplicated or deleted) and
+structure-aware ones (JSON values, a compressed payload damaged inside its codec, TFRecord and
+PNG checksums recomputed after the damage); plus generated hostile inputs (JSON nested
+thousands deep, a 12-byte Feather v1, a 5,000-key JSON line).
 
 Mutants are scanned in batches by the real CLI in a subprocess (``python -m datacheck scan``
-with the default isolation, a short ``--unit-timeout`` and a ``--unit-memory-mb`` bound) and
-each batch is classified:
+with the default isolation, a short ``--unit-timeout``, a ``--unit-memory-mb`` bound and a
+schema declaring the flat token dtype) and each batch is classified:
 
-- ``ok``: the scan finished (exit 0 or 1) and its report lists every mutant exactly once;
+- ``ok``: the scan finished (exit 0 or 1) and its report lists every mutant exactly once (a
+  dataset folder: each of its files at most once, at least one of them);
 - ``traceback``: exit 3 (a bug in datacheck); ``usage``: exit 2; ``scan_died``: any other exit
   (a signal: a crash that isolation did not contain); ``hang``: the whole scan ran past its
   limit; ``lost``: the report misses a mutant or lists one twice.
 
 Files are counted by status and by how the isolated reader ended (crashed, timed out, over the
-memory bound).  A failing batch is rescanned file by file to name the mutant, which is saved
-with ``--save DIR``.  The same ``--seed`` gives the same mutants.
+memory bound).  A failing batch is rescanned mutant by mutant to name the culprit, which is
+saved with ``--save DIR``.  The same ``--seed`` gives the same mutants.
 
     python -m tests.fuzz --minutes 10 --seed 1 [--batch 40] [--save DIR] [--json FILE]
 """
@@ -27,181 +33,26 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import random
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import warnings
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.feather as feather
-import pyarrow.parquet as pq
+from _mutate import mutant, mutate
+from _seeds import SCHEMA, datasets, hostile, seeds
+
+__all__ = ["Fuzzer", "datasets", "main", "mutant", "mutate", "run", "seeds"]
 
 SCAN_TIMEOUT_S = 600
 """A whole batch scan past this is a hang (every unit has a far shorter limit)."""
 UNIT_TIMEOUT_S = 20
 UNIT_MEMORY_MB = 1024
-NAN = float("nan")
-
-
-def _table(rows: int = 64) -> pa.Table:
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(rows)
-    x[[3, 17]] = [NAN, np.inf]
-    return pa.table(
-        {
-            "id": pa.array(np.arange(rows, dtype=np.int64)),
-            "x": pa.array(x),
-            "f": pa.array(rng.standard_normal(rows).astype(np.float32)),
-            "s": pa.array([f"r{i}" for i in range(rows)]),
-            "emb": pa.FixedSizeListArray.from_arrays(
-                pa.array(rng.standard_normal(rows * 4).astype(np.float32)), 4
-            ),
-            "tags": pa.array([[float(i), NAN] if i % 9 == 0 else [1.0] for i in range(rows)]),
-        }
-    )
-
-
-def _ipc(table: pa.Table, stream: bool) -> bytes:
-    sink = io.BytesIO()
-    new = pa.ipc.new_stream if stream else pa.ipc.new_file
-    with new(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=16)
-    return sink.getvalue()
-
-
-def _to_bytes(write: Callable[[io.BytesIO], None]) -> bytes:
-    buf = io.BytesIO()
-    write(buf)
-    return buf.getvalue()
-
-
-def _feather_v1(table: pa.Table) -> bytes:
-    """Feather v1 (deprecated for writing, still read: files of that age exist)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return _to_bytes(lambda b: feather.write_feather(table, b, version=1))
-
-
-def _npy(x: np.ndarray) -> bytes:
-    return _to_bytes(lambda b: np.save(b, x))
-
-
-def _tensor_seeds(x: np.ndarray) -> dict[str, bytes]:
-    seeds = {
-        "npy": _npy(x),
-        "npz": _to_bytes(lambda b: np.savez_compressed(b, x=x, y=x[:, :1])),
-    }
-    tar = io.BytesIO()
-    with tarfile.open(fileobj=tar, mode="w") as tf:
-        for i, sample in enumerate(x[:8]):
-            data = _npy(sample)
-            info = tarfile.TarInfo(f"s{i:03d}.x.npy")
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    seeds["tar"] = tar.getvalue()
-    try:
-        from safetensors.numpy import save as st_save
-
-        seeds["safetensors"] = st_save({"x": x})
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        seeds["pt"] = _to_bytes(lambda b: torch.save({"x": torch.from_numpy(x)}, b))
-    except ImportError:
-        pass
-    try:
-        import h5py
-
-        with tempfile.TemporaryDirectory() as d:
-            with h5py.File(f"{d}/s.h5", "w") as h:
-                h.create_dataset("x", data=x, chunks=(8, 4), compression="gzip")
-            seeds["h5"] = Path(f"{d}/s.h5").read_bytes()
-    except ImportError:
-        pass
-    return seeds
-
-
-def seeds() -> dict[str, bytes]:
-    """Extension -> the bytes of a small valid file with a few planted faults."""
-    table = _table()
-    jsonl = "".join(
-        json.dumps({"id": i, "x": v, "tags": [v, 1.0]}) + "\n"
-        for i, v in enumerate(table["x"].to_pylist())
-    )
-    flat = table.select(["id", "x", "f", "s"])
-    x = np.random.default_rng(1).standard_normal((32, 4)).astype(np.float32)
-    x[5, 1] = np.nan
-    out = {
-        "parquet": _to_bytes(lambda b: pq.write_table(table, b, row_group_size=16)),
-        "csv": _to_bytes(lambda b: pacsv.write_csv(flat, b)),
-        "arrow": _ipc(table, stream=False),
-        "arrows": _ipc(table, stream=True),
-        "feather": _feather_v1(flat),
-        "jsonl": jsonl.encode(),
-    }
-    out.update(_tensor_seeds(x))
-    return out
-
-
-def _int_field(rng: random.Random, data: bytearray) -> None:
-    width = rng.choice([4, 8])
-    if len(data) <= width:
-        return
-    at = rng.randrange(len(data) - width)
-    value = rng.choice([2**31 - 1, 2**32 - 1, 2**40, 2**62, -1, -(2**31), 0])
-    data[at : at + width] = (value % (1 << (8 * width))).to_bytes(width, "little")
-
-
-def mutate(seed: bytes, rng: random.Random) -> bytes:
-    """One mutant of ``seed``: one to three random edits."""
-    data = bytearray(seed)
-    for _ in range(rng.randint(1, 3)):
-        op = rng.choice(["truncate", "flip", "run", "int", "int", "dup", "cut"])
-        if not data:
-            break
-        if op == "truncate":
-            del data[rng.randrange(len(data)) :]
-        elif op == "flip":
-            for _ in range(rng.randint(1, 8)):
-                i = rng.randrange(len(data))
-                data[i] ^= 1 << rng.randrange(8)
-        elif op == "run":
-            i = rng.randrange(len(data))
-            n = rng.randint(1, 64)
-            data[i : i + n] = bytes([rng.choice([0, 0xFF])]) * len(data[i : i + n])
-        elif op == "int":
-            _int_field(rng, data)
-        elif op == "dup":
-            i = rng.randrange(len(data))
-            data[i:i] = data[i : i + rng.randint(1, 256)]
-        else:
-            i = rng.randrange(len(data))
-            del data[i : i + rng.randint(1, 256)]
-    return bytes(data)
-
-
-def hostile() -> dict[str, bytes]:
-    """Hand-made hostile files, in every batch of the first round."""
-    return {
-        "deep.jsonl": b'{"a": ' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}\n",
-        "deeper.jsonl": b'{"a": ' + b"[" * 10000 + b"1" + b"]" * 10000 + b"}\n",
-        "tiny.feather": b"FEA1\0\0\0\0FEA1",
-        "wide.jsonl": (json.dumps({f"k{i}": i for i in range(5000)}) + "\n").encode(),
-    }
 
 
 def _scan(folder: Path, out: Path) -> tuple[str, dict[str, Any] | None, str]:
@@ -221,6 +72,8 @@ def _scan(folder: Path, out: Path) -> tuple[str, dict[str, Any] | None, str]:
         str(UNIT_TIMEOUT_S),
         "--unit-memory-mb",
         str(UNIT_MEMORY_MB),
+        "--schema",
+        str(folder.parent / "schema.yaml"),
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SCAN_TIMEOUT_S)
@@ -237,14 +90,34 @@ def _scan(folder: Path, out: Path) -> tuple[str, dict[str, Any] | None, str]:
     return "ok", report, tail
 
 
+Mutants = dict[str, bytes | dict[str, bytes]]
+"""Name -> a file's bytes, or a dataset folder's ``{relative path: bytes}``."""
+
+
+def _listed(report: dict[str, Any], folder: Path) -> Counter[str]:
+    """How often the report lists each path (relative to ``folder``), scanned or ignored."""
+    paths = [f["path"] for f in report["files"]] + list(report["ignored"])
+    return Counter(Path(p).relative_to(folder).as_posix() for p in paths)
+
+
+def _complete(listed: Counter[str], mutants: Mutants) -> bool:
+    """Every file mutant listed exactly once; every dataset's files at most once, one at least."""
+    for name, body in mutants.items():
+        if not isinstance(body, dict):
+            if listed[name] != 1:
+                return False
+            continue
+        counts = [listed[f"{name}/{rel}"] for rel in body]
+        if max(counts) > 1 or not any(counts):
+            return False
+    return True
+
+
 def _file_outcomes(
-    report: dict[str, Any], names: list[str], contained: list[str] | None = None
+    report: dict[str, Any], folder: Path, mutants: Mutants, contained: list[str] | None = None
 ) -> tuple[Counter[str], bool]:
     """Counts by status and by how a reader ended; names of contained failures to ``contained``."""
     counts: Counter[str] = Counter()
-    listed = Counter(Path(f["path"]).name for f in report["files"])
-    listed.update(Path(p).name for p in report["ignored"])
-    complete = all(listed[n] == 1 for n in names)
     for f in report["files"]:
         counts[f["status"]] += 1
         error = f.get("error") or ""
@@ -252,8 +125,8 @@ def _file_outcomes(
             if error.startswith(start):
                 counts[kind] += 1
                 if contained is not None:
-                    contained.append(f"{Path(f['path']).name}: {error}")
-    return counts, complete
+                    contained.append(f"{Path(f['path']).relative_to(folder)}: {error}")
+    return counts, _complete(_listed(report, folder), mutants)
 
 
 _CONTAINED = {
@@ -263,45 +136,74 @@ _CONTAINED = {
 }
 
 
+def _write(folder: Path, mutants: Mutants) -> None:
+    for name, body in mutants.items():
+        if isinstance(body, dict):
+            for rel, data in body.items():
+                (folder / name / rel).parent.mkdir(parents=True, exist_ok=True)
+                (folder / name / rel).write_bytes(data)
+        else:
+            (folder / name).write_bytes(body)
+
+
 class Fuzzer:
     """Runs batches of mutants and keeps the counts."""
 
     def __init__(self, seed: int, batch: int, save: Path | None) -> None:
         self.rng = random.Random(seed)
         self.seeds = seeds()
+        self.datasets = datasets()
+        self.kinds = sorted(self.seeds) + sorted(self.datasets)
         self.batch = batch
         self.save = save
         self.batches: Counter[str] = Counter()
         self.files: Counter[str] = Counter()
+        self.mutations: Counter[str] = Counter()
+        """Mutants by mutation kind (bytes, json, inner, crc)."""
         self.failures: list[dict[str, Any]] = []
         self.contained: list[str] = []
         """Mutants whose reader crashed, hung or ran out of memory (contained by isolation)."""
+        self.seed_status: dict[str, str] = {}
+        """The unmutated seeds' statuses (first round): none may be corrupt."""
         self.mutants = 0
         self.digest = hashlib.sha256()
 
-    def mutants_for(self, round_no: int) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        exts = sorted(self.seeds)
-        for i in range(self.batch):
-            ext = exts[i % len(exts)] if round_no == 0 else self.rng.choice(exts)
-            data = mutate(self.seeds[ext], self.rng)
-            out[f"m{round_no:04d}-{i:03d}.{ext}"] = data
+    def _one(self, kind: str) -> bytes | dict[str, bytes]:
+        if kind in self.seeds:
+            how, data = mutant(f"x.{kind}", self.seeds[kind], self.rng)
+            self.mutations[how] += 1
             self.digest.update(data)
+            return data
+        files = dict(self.datasets[kind])
+        target = self.rng.choice(sorted(files))
+        how, files[target] = mutant(target, files[target], self.rng)
+        self.mutations[how] += 1
+        self.digest.update(target.encode() + files[target])
+        return files
+
+    def mutants_for(self, round_no: int) -> Mutants:
+        out: Mutants = {}
+        for i in range(self.batch):
+            kind = self.kinds[i % len(self.kinds)] if round_no == 0 else self.rng.choice(self.kinds)
+            out[f"m{round_no:04d}-{i:03d}.{kind}"] = self._one(kind)
         if round_no == 0:
             out.update(hostile())
+            out.update({f"seed.{k}": v for k, v in self.seeds.items()})
+            out.update({f"seed.{k}": v for k, v in self.datasets.items()})
         return out
 
     def run_batch(self, round_no: int, work: Path) -> None:
         folder = work / f"b{round_no}"
         folder.mkdir()
         mutants = self.mutants_for(round_no)
-        for name, data in mutants.items():
-            (folder / name).write_bytes(data)
+        _write(folder, mutants)
         self.mutants += len(mutants)
         outcome, report, tail = _scan(folder, work / f"o{round_no}")
         if report is not None:
-            counts, complete = _file_outcomes(report, list(mutants), self.contained)
+            counts, complete = _file_outcomes(report, folder, mutants, self.contained)
             self.files.update(counts)
+            if round_no == 0:
+                self._seed_statuses(report, folder)
             if not complete:
                 outcome = "lost"
         self.batches[outcome] += 1
@@ -310,21 +212,34 @@ class Fuzzer:
         shutil.rmtree(folder, ignore_errors=True)
         shutil.rmtree(work / f"o{round_no}", ignore_errors=True)
 
+    def _seed_statuses(self, report: dict[str, Any], folder: Path) -> None:
+        for f in report["files"]:
+            rel = Path(f["path"]).relative_to(folder).as_posix()
+            if rel.startswith("seed."):
+                self.seed_status[rel] = f["status"]
+
     def _blame(self, folder: Path, work: Path, outcome: str, tail: str) -> None:
-        """Rescan a failing batch file by file and record (and save) the culprits."""
+        """Rescan a failing batch mutant by mutant and record (and save) the culprits."""
+        found = False
         for path in sorted(folder.iterdir()):
             single = work / "single"
             shutil.rmtree(single, ignore_errors=True)
             single.mkdir()
-            shutil.copy(path, single / path.name)
+            if path.is_dir():
+                shutil.copytree(path, single / path.name)
+            else:
+                shutil.copy(path, single / path.name)
             got, _, why = _scan(single, work / "single-out")
+            shutil.rmtree(work / "single-out", ignore_errors=True)
             if got == "ok":
                 continue
+            found = True
             self.failures.append({"file": path.name, "outcome": got, "stderr": why[-600:]})
             if self.save is not None:
                 self.save.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, self.save / path.name)
-        if not self.failures:
+                copy = shutil.copytree if path.is_dir() else shutil.copy
+                copy(path, self.save / path.name)
+        if not found:
             self.failures.append({"file": folder.name, "outcome": outcome, "stderr": tail[-600:]})
 
     def summary(self, seconds: float) -> dict[str, Any]:
@@ -332,9 +247,11 @@ class Fuzzer:
             "seconds": round(seconds, 1),
             "mutants": self.mutants,
             "mutants_sha256": self.digest.hexdigest()[:16],
-            "formats": sorted(self.seeds),
+            "formats": self.kinds,
+            "mutations": dict(self.mutations),
             "batches": dict(self.batches),
             "files": dict(self.files),
+            "seeds_corrupt": sorted(k for k, v in self.seed_status.items() if v == "corrupt"),
             "failures": self.failures[:50],
             "contained": self.contained[:100],
         }
@@ -345,6 +262,7 @@ def run(minutes: float, seed: int, batch: int, save: Path | None = None, rounds:
     fuzzer = Fuzzer(seed, batch, save)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dc-fuzz-") as tmp:
+        (Path(tmp) / "schema.yaml").write_text(SCHEMA)
         round_no = 0
         while (rounds and round_no < rounds) or (
             not rounds and time.monotonic() - start < minutes * 60
@@ -352,6 +270,20 @@ def run(minutes: float, seed: int, batch: int, save: Path | None = None, rounds:
             fuzzer.run_batch(round_no, Path(tmp))
             round_no += 1
     return fuzzer.summary(time.monotonic() - start)
+
+
+def _commit() -> str | None:
+    """The datacheck checkout's commit (for the record), when it is a git checkout."""
+    import datacheck
+
+    root = Path(datacheck.__file__).resolve().parents[1]
+    try:
+        got = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    return got.stdout.strip() or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,10 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save", type=Path, help="copy failing mutants here")
     p.add_argument("--json", type=Path, help="also write the summary here")
     args = p.parse_args(argv)
-    result = run(args.minutes, args.seed, args.batch, args.save)
+    commit = _commit()
+    result = {"commit": commit, "seed": args.seed, "minutes": args.minutes}
+    result.update(run(args.minutes, args.seed, args.batch, args.save))
     text = json.dumps(result, indent=1)
     print(text)
     if args.json is not None:
         args.json.write_text(text + "\n")
     bad = sum(v for k, v in result["batches"].items() if k != "ok")
-    return 1 if bad else 0
+    return 1 if bad or result["seeds_corrupt"] else 0

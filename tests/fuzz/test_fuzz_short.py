@@ -3,7 +3,11 @@ report exactly once, and no scan ends with a traceback, a crash or a hang."""
 
 from __future__ import annotations
 
-from _fuzz import Fuzzer, mutate, run, seeds
+import json
+import random
+
+from _fuzz import Fuzzer, datasets, mutant, run, seeds
+from _mutate import fix_png, fix_tfrecord, mutate_json
 
 
 def test_the_same_seed_gives_the_same_mutants() -> None:
@@ -12,15 +16,30 @@ def test_the_same_seed_gives_the_same_mutants() -> None:
     assert Fuzzer(8, 12, None).mutants_for(1) != a.mutants_for(2)
 
 
-def test_every_seed_is_a_valid_file_that_mutates() -> None:
-    import random
-
+def test_every_seed_file_mutates() -> None:
     for ext, data in seeds().items():
-        assert data and mutate(data, random.Random(ext)) != data, ext
+        assert data and mutant(f"x.{ext}", data, random.Random(ext))[1] != data, ext
+    for name, files in datasets().items():
+        assert len(files) >= 2, name
+        for rel, data in files.items():
+            assert mutant(rel, data, random.Random(rel))[1] != data, (name, rel)
+
+
+def test_structure_aware_mutations_keep_the_structure() -> None:
+    doc = {"shards": [{"samples": 6, "column_names": ["a", "b"]}], "version": 2}
+    raw = json.dumps(doc).encode()
+    for i in range(20):
+        got = mutate_json(raw, random.Random(i))
+        assert got is not None and got != raw and isinstance(json.loads(got), dict)
+    for ext, fix in (("tfrecord", fix_tfrecord), ("png", fix_png)):
+        good = seeds()[ext]
+        assert fix(good) == good, ext  # the seed's checksums are already right
 
 
 def test_a_short_fuzz_run_finishes_every_scan() -> None:
-    result = run(minutes=0, seed=0, batch=2 * len(seeds()), rounds=1)
+    kinds = len(seeds()) + len(datasets())
+    result = run(minutes=0, seed=0, batch=kinds, rounds=1)  # one mutant of every format
     assert result["batches"] == {"ok": 1}, result["failures"]
+    assert result["seeds_corrupt"] == []
     files = result["files"]
     assert files.get("corrupt", 0) > 0 and files.get("reader_crashed", 0) >= 1  # tiny.feather
