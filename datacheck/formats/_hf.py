@@ -53,7 +53,8 @@ def _data_files(folder: str) -> set[str]:
     files = state.get("_data_files") if isinstance(state, dict) else None
     if not isinstance(files, list):
         return set()
-    return {f["filename"] for f in files if isinstance(f, dict) and "filename" in f}
+    names = (f.get("filename") if isinstance(f, dict) else None for f in files)
+    return {n for n in names if isinstance(n, str)}
 
 
 def is_hf_data(path: str) -> bool:

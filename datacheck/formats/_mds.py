@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -117,13 +117,36 @@ def _offsets(mf: MappedFile, expected: Any) -> np.ndarray:
     return offsets
 
 
+def _is_size(value: Any) -> bool:
+    """A fixed column size (a byte count) or None (a variable-size column)."""
+    return value is None or (type(value) is int and 0 <= value < 1 << 32)
+
+
+def _listed(entry: Mapping[str, Any], key: str, valid: Callable[[Any], bool]) -> list[Any]:
+    """``entry[key]``, a list whose every item is ``valid`` (else corrupt, naming the item)."""
+    values = entry.get(key)
+    if values is None:
+        return []
+    if not isinstance(values, list):
+        raise TensorFileError(f"index.json: {key} is {type(values).__name__}, not a list")
+    for i, v in enumerate(values):
+        if not valid(v):
+            raise TensorFileError(f"index.json: {key}[{i}] is {_excerpt(v)}: not valid there")
+    return values
+
+
+def _excerpt(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class _Columns:
     """The column layout of the index entry: names, encodings, fixed sizes (None: variable)."""
 
     def __init__(self, entry: Mapping[str, Any]) -> None:
-        self.names = list(entry.get("column_names") or [])
-        self.encodings = list(entry.get("column_encodings") or [])
-        self.sizes = list(entry.get("column_sizes") or [])
+        self.names: list[str] = _listed(entry, "column_names", lambda v: isinstance(v, str))
+        self.encodings: list[str] = _listed(entry, "column_encodings", lambda v: isinstance(v, str))
+        self.sizes: list[int | None] = _listed(entry, "column_sizes", _is_size)
         if not len(self.names) == len(self.encodings) == len(self.sizes):
             raise TensorFileError("index.json: column names, encodings and sizes differ in length")
         self.n_var = sum(s is None for s in self.sizes)
@@ -135,7 +158,7 @@ class _Columns:
         var = iter(np.frombuffer(sample, "<u4", self.n_var).tolist())
         pos, out = 4 * self.n_var, []
         for size in self.sizes:
-            n = next(var) if size is None else int(size)
+            n = next(var) if size is None else size
             out.append(sample[pos : pos + n])
             pos += n
         if pos != len(sample):
@@ -183,7 +206,7 @@ def _samples(
                 found.append(Finding(path, "corrupt", Severity.ERROR, str(exc), None, row))
                 continue
             for name, enc, data in zip(cols.names, cols.encodings, values, strict=True):
-                found += _value_findings(path, row, name, str(enc), data, rules)
+                found += _value_findings(path, row, name, enc, data, rules)
         yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
 
 
@@ -203,7 +226,7 @@ class MdsFormat(Format):
                 _check_hashes(mf, entry.get("raw_data") or {})
         offsets = _offsets(mf, (entry or {}).get("samples"))
         cols = _Columns(entry) if entry is not None else None
-        columns = dict(zip(cols.names, map(str, cols.encodings), strict=True)) if cols else {}
+        columns = dict(zip(cols.names, cols.encodings, strict=True)) if cols else {}
         rules = media_rules(options).images
         chunks = _samples(mf, offsets, cols, unit.path, rules)
         return Opened(columns, chunks, expected_rows=len(offsets) - 1)

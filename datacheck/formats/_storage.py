@@ -188,7 +188,7 @@ def _json_document(path: str, stamp: tuple[Any, ...], limit: int) -> Any:
     try:
         data = read_small(path, limit)
         return None if data is None else json.loads(data)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past the C stack
         return None
 
 

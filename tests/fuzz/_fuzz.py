@@ -257,8 +257,16 @@ class Fuzzer:
         }
 
 
-def run(minutes: float, seed: int, batch: int, save: Path | None = None, rounds: int = 0) -> dict:
-    """Fuzz for ``minutes`` (or exactly ``rounds`` batches when given); the counts."""
+def run(
+    minutes: float,
+    seed: int,
+    batch: int,
+    save: Path | None = None,
+    rounds: int = 0,
+    progress: bool = False,
+) -> dict:
+    """Fuzz for ``minutes`` (or exactly ``rounds`` batches when given); the counts.
+    ``progress``: a line per batch on stderr."""
     fuzzer = Fuzzer(seed, batch, save)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dc-fuzz-") as tmp:
@@ -269,6 +277,9 @@ def run(minutes: float, seed: int, batch: int, save: Path | None = None, rounds:
         ):
             fuzzer.run_batch(round_no, Path(tmp))
             round_no += 1
+            if progress:
+                took = time.monotonic() - start
+                print(f"{took:7.0f} s  batch {round_no}: {dict(fuzzer.batches)}", file=sys.stderr)
     return fuzzer.summary(time.monotonic() - start)
 
 
@@ -296,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     commit = _commit()
     result = {"commit": commit, "seed": args.seed, "minutes": args.minutes}
-    result.update(run(args.minutes, args.seed, args.batch, args.save))
+    result.update(run(args.minutes, args.seed, args.batch, args.save, progress=True))
     text = json.dumps(result, indent=1)
     print(text)
     if args.json is not None:
