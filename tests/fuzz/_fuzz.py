@@ -24,7 +24,8 @@ schema declaring the flat token dtype) and each batch is classified:
 
 Files are counted by status and by how the isolated reader ended (crashed, timed out, over the
 memory bound).  A failing batch is rescanned mutant by mutant to name the culprit, which is
-saved with ``--save DIR``.  The same ``--seed`` gives the same mutants.
+saved with ``--save DIR``; so is a mutant whose reader ran past the time or memory bound, after
+a scan of it alone says whether that reproduces (or was a load spike on a shared machine).  The same ``--seed`` gives the same mutants.
 
     python -m tests.fuzz --minutes 10 --seed 1 [--batch 40] [--save DIR] [--json FILE]
 """
@@ -114,19 +115,20 @@ def _complete(listed: Counter[str], mutants: Mutants) -> bool:
 
 
 def _file_outcomes(
-    report: dict[str, Any], folder: Path, mutants: Mutants, contained: list[str] | None = None
-) -> tuple[Counter[str], bool]:
-    """Counts by status and by how a reader ended; names of contained failures to ``contained``."""
+    report: dict[str, Any], folder: Path, mutants: Mutants
+) -> tuple[Counter[str], bool, list[tuple[str, str, str]]]:
+    """Counts by status and by how a reader ended, whether every mutant is listed, and the
+    contained failures: (path relative to ``folder``, kind, error)."""
     counts: Counter[str] = Counter()
+    contained = []
     for f in report["files"]:
         counts[f["status"]] += 1
         error = f.get("error") or ""
         for kind, start in _CONTAINED.items():
             if error.startswith(start):
                 counts[kind] += 1
-                if contained is not None:
-                    contained.append(f"{Path(f['path']).relative_to(folder)}: {error}")
-    return counts, _complete(_listed(report, folder), mutants)
+                contained.append((Path(f["path"]).relative_to(folder).as_posix(), kind, error))
+    return counts, _complete(_listed(report, folder), mutants), contained
 
 
 _CONTAINED = {
@@ -163,6 +165,8 @@ class Fuzzer:
         self.failures: list[dict[str, Any]] = []
         self.contained: list[str] = []
         """Mutants whose reader crashed, hung or ran out of memory (contained by isolation)."""
+        self.rechecked: list[dict[str, Any]] = []
+        """Mutants past the time or memory bound, and what a scan of each alone said."""
         self.seed_status: dict[str, str] = {}
         """The unmutated seeds' statuses (first round): none may be corrupt."""
         self.mutants = 0
@@ -200,8 +204,12 @@ class Fuzzer:
         self.mutants += len(mutants)
         outcome, report, tail = _scan(folder, work / f"o{round_no}")
         if report is not None:
-            counts, complete = _file_outcomes(report, folder, mutants, self.contained)
+            counts, complete, contained = _file_outcomes(report, folder, mutants)
             self.files.update(counts)
+            for rel, kind, error in contained:
+                self.contained.append(f"{rel}: {error}")
+                if kind != "reader_crashed":
+                    self._recheck(folder / rel.split("/")[0], rel, kind, work)
             if round_no == 0:
                 self._seed_statuses(report, folder)
             if not complete:
@@ -218,27 +226,55 @@ class Fuzzer:
             if rel.startswith("seed."):
                 self.seed_status[rel] = f["status"]
 
+    def _alone(self, path: Path, work: Path) -> tuple[str, dict[str, Any] | None, str]:
+        """Scan the mutant at ``path`` (a file or a dataset folder) by itself."""
+        single = work / "single"
+        shutil.rmtree(single, ignore_errors=True)
+        single.mkdir()
+        if path.is_dir():
+            shutil.copytree(path, single / path.name)
+        else:
+            shutil.copy(path, single / path.name)
+        got = _scan(single, work / "single-out")
+        shutil.rmtree(work / "single-out", ignore_errors=True)
+        return got
+
+    def _keep(self, path: Path) -> None:
+        if self.save is not None:
+            self.save.mkdir(parents=True, exist_ok=True)
+            copy = shutil.copytree if path.is_dir() else shutil.copy
+            copy(path, self.save / path.name)
+
+    def _recheck(self, path: Path, rel: str, kind: str, work: Path) -> None:
+        """A reader that ran past the time or memory bound in a batch, scanned again alone:
+        reproduced, or not (a load spike on a shared machine)."""
+        _, report, _ = self._alone(path, work)
+        single = work / "single"
+        again = None
+        if report is not None:
+            again = next(
+                (
+                    f.get("error") or f["status"]
+                    for f in report["files"]
+                    if Path(f["path"]).relative_to(single).as_posix() == rel
+                ),
+                None,
+            )
+        reproduced = again is not None and again.startswith(_CONTAINED[kind])
+        self.files[f"{kind}_{'reproduced' if reproduced else 'not_reproduced'}_alone"] += 1
+        self.rechecked.append({"file": rel, "kind": kind, "alone": again})
+        self._keep(path)
+
     def _blame(self, folder: Path, work: Path, outcome: str, tail: str) -> None:
         """Rescan a failing batch mutant by mutant and record (and save) the culprits."""
         found = False
         for path in sorted(folder.iterdir()):
-            single = work / "single"
-            shutil.rmtree(single, ignore_errors=True)
-            single.mkdir()
-            if path.is_dir():
-                shutil.copytree(path, single / path.name)
-            else:
-                shutil.copy(path, single / path.name)
-            got, _, why = _scan(single, work / "single-out")
-            shutil.rmtree(work / "single-out", ignore_errors=True)
+            got, _, why = self._alone(path, work)
             if got == "ok":
                 continue
             found = True
             self.failures.append({"file": path.name, "outcome": got, "stderr": why[-600:]})
-            if self.save is not None:
-                self.save.mkdir(parents=True, exist_ok=True)
-                copy = shutil.copytree if path.is_dir() else shutil.copy
-                copy(path, self.save / path.name)
+            self._keep(path)
         if not found:
             self.failures.append({"file": folder.name, "outcome": outcome, "stderr": tail[-600:]})
 
@@ -254,6 +290,7 @@ class Fuzzer:
             "seeds_corrupt": sorted(k for k, v in self.seed_status.items() if v == "corrupt"),
             "failures": self.failures[:50],
             "contained": self.contained[:100],
+            "rechecked": self.rechecked[:100],
         }
 
 
