@@ -24,7 +24,7 @@ import numpy as np
 
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
-from datacheck.formats import Format, Opened, WorkUnit, register
+from datacheck.formats import Format, Opened, WorkUnit, memory_budget, mib, register
 from datacheck.formats._image import DecodeError, check_image
 from datacheck.formats._tensor_common import SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
@@ -169,9 +169,10 @@ def _read(fh: IO[bytes], n: int, what: str, at: int) -> bytes:
 
 
 def _records(
-    fh: IO[bytes], path: str, rules: ImageRules, size: int | None
+    fh: IO[bytes], path: str, rules: ImageRules, size: int | None, budget: float
 ) -> Iterator[SampleChunk]:
-    """Records ``RECORDS_PER_CHUNK`` at a time; ``size``: the file's (None when compressed)."""
+    """Records ``RECORDS_PER_CHUNK`` at a time; ``size``: the file's (None when compressed);
+    ``budget``: the largest record read (:func:`datacheck.formats.memory_budget`)."""
     row, pos, start = 0, 0, 0
     found: list[Finding] = []
     while head := fh.read(12):
@@ -187,6 +188,11 @@ def _records(
                 f"truncated: record {row} at byte {pos} claims {length} bytes, past the end"
                 if size is not None and length <= MAX_RECORD_BYTES
                 else f"record {row}: length {length} above the 1 GiB record limit"
+            )
+        if length > budget:  # read whole to be checked: refused before allocating
+            raise TensorFileError(
+                f"record {row}: {length} bytes, over the {mib(budget)} a unit may decode at "
+                "once (raise --unit-memory-mb to read it)"
             )
         data = _read(fh, length, f"record {row}", pos)
         (data_crc,) = struct.unpack("<I", _read(fh, 4, f"record {row} checksum", pos))
@@ -216,7 +222,7 @@ class TfRecordFormat(Format):
 
         def chunks() -> Iterator[SampleChunk]:
             try:
-                yield from _records(fh, unit.path, rules, size)
+                yield from _records(fh, unit.path, rules, size, memory_budget(options))
             except (OSError, EOFError) as exc:  # gzip: a stream cut short or damaged
                 raise TensorFileError(f"compressed stream: {exc}") from None
             finally:

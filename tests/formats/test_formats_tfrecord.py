@@ -126,3 +126,28 @@ def test_truncated(gz: bool, tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) - 30])
     entry = scan(path).data["files"][0]
     assert entry["status"] == "corrupt", entry
+
+
+def test_a_record_over_the_memory_budget_is_refused_before_reading(tmp_path: Path) -> None:
+    """A gzip TFRecord of 80 KB whose one record inflates to 80 MiB (found by tests/fuzz: a
+    768 MiB record took 850 MB): past a quarter of --unit-memory-mb it is corrupt, unread."""
+    import struct
+    import zlib
+
+    from datacheck.formats._tfrecord import masked_crc
+
+    n = 80 << 20
+    head = struct.pack("<Q", n)
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: a gzip container
+    parts = [z.compress(head + struct.pack("<I", masked_crc(head)))]
+    parts += [z.compress(bytes(1 << 20)) for _ in range(n >> 20)]
+    parts += [z.compress(struct.pack("<I", masked_crc(bytes(n)))), z.flush()]
+    path = tmp_path / "bomb.tfrecord"
+    path.write_bytes(b"".join(parts))
+    report = datacheck.scan(str(path), executor="inprocess", workers=1, unit_memory_mb=256)
+    entry = report.data["files"][0]
+    assert entry["status"] == "corrupt"
+    assert "record 0: 83886080 bytes, over the 64 MiB a unit may decode" in entry["error"]
+    assert datacheck.scan(str(path), executor="inprocess", workers=1).data["files"][0][
+        "status"
+    ] in ("ok", "flagged")  # under the default bound the record is read and checked
