@@ -189,7 +189,8 @@ class _Shard:
         if last in ("pt", "pth"):
             from datacheck.formats._tensor_torch import load_pt, sample_arrays
 
-            return sample_arrays(load_pt(self._bytes(m, MAX_MEMBER_BYTES)), self.columns, ext)
+            obj = load_pt(self._bytes(m, MAX_MEMBER_BYTES))
+            return sample_arrays(obj, self.columns, ext, self.budget)
         if last == "json":
             return self._json(ext, self._bytes(m, MAX_TEXT_BYTES))
         if last in NUMERIC_TEXT:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from datacheck.formats import Chunk, Format, Opened, WorkUnit
+from datacheck.formats import Chunk, Format, Opened, WorkUnit, memory_budget, mib
 from datacheck.formats._tensor_common import (
     SampleBatcher,
     Source,
@@ -60,6 +60,12 @@ def _unpickler_detail(exc: Exception) -> str:
             detail = line.split("WeightsUnpickler error:", 1)[1].split(" was not", 1)[0].strip()
             return f" ({detail[:120]})"
     return ""
+
+
+def _strided() -> Any:
+    import torch
+
+    return torch.strided
 
 
 def _dtype_name(t: Any) -> str:
@@ -124,9 +130,23 @@ def is_sample_list(obj: Any) -> bool:
     )
 
 
-def _sources(tensors: dict[str, Any]) -> list[Source]:
+def _check_view(key: str, t: Any, budget: float) -> None:
+    """Refuse a view larger than its storage (stride 0, overlapping strides) past ``budget``:
+    1.6 KB can declare 2**40 elements over one stored value, and reading them took minutes."""
+    logical = t.numel() * t.element_size()
+    stored = t.untyped_storage().nbytes()
+    if logical > stored and logical > budget:
+        raise TensorFileError(
+            f"tensor {key!r} views {logical} bytes over a storage of {stored} (strides "
+            f"{tuple(t.stride())}): more than the {mib(budget)} a unit may decode at once"
+        )
+
+
+def _sources(tensors: dict[str, Any], budget: float = float("inf")) -> list[Source]:
     out = []
     for key, t in tensors.items():
+        if t.layout == _strided():
+            _check_view(key, t, budget)
         probe = to_numpy(t.reshape(-1)[:1]) if t.numel() else to_numpy(t)
         dtype, shape = _dtype_name(t), tuple(t.shape)
         if probe is None:
@@ -140,21 +160,25 @@ def _sources(tensors: dict[str, Any]) -> list[Source]:
     return out
 
 
-def sample_arrays(sample: Any, columns: dict[str, str], prefix: str = "") -> dict[str, np.ndarray]:
+def sample_arrays(
+    sample: Any, columns: dict[str, str], prefix: str = "", budget: float = float("inf")
+) -> dict[str, np.ndarray]:
     """One sample's numeric arrays by key; records each key's dtype in ``columns``."""
     arrays: dict[str, np.ndarray] = {}
     for key, t in flatten(sample, prefix).items():
         columns.setdefault(key, _dtype_name(t))
+        if t.layout == _strided():
+            _check_view(key, t, budget)
         arr = to_numpy(t)
         if arr is not None:
             arrays[key] = arr
     return arrays
 
 
-def _sample_chunks(samples: Any, columns: dict[str, str]) -> Iterator[Chunk]:
+def _sample_chunks(samples: Any, columns: dict[str, str], budget: float) -> Iterator[Chunk]:
     batcher = SampleBatcher()
     for i, sample in enumerate(samples):
-        yield from batcher.add(i, sample_arrays(sample, columns))
+        yield from batcher.add(i, sample_arrays(sample, columns, budget=budget))
     yield from batcher.finish(len(samples))
 
 
@@ -165,10 +189,12 @@ class PtFormat(Format):
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         obj = load_pt(unit.path)
+        budget = memory_budget(options)
         if is_sample_list(obj):
             columns: dict[str, str] = {}
-            return Opened(columns, _sample_chunks(obj, columns), expected_rows=len(obj))
+            chunks = _sample_chunks(obj, columns, budget)
+            return Opened(columns, chunks, expected_rows=len(obj))
         tensors = flatten(obj)
         if not tensors:
             raise TensorFileError(f"holds no tensors (a {type(obj).__name__})")
-        return opened(_sources(tensors))
+        return opened(_sources(tensors, budget))

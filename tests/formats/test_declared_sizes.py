@@ -275,3 +275,20 @@ def test_an_hdf5_chunk_is_inflated_once_and_a_chunk_past_the_bound_is_refused(
     entry = _scan(path, tmp_path / "big", isolate=False)  # a 16 MiB chunk fits a 64 MiB unit
     assert entry["status"] == "flagged" and entry["counts"] == {"nan": 1}
     _refused(_scan(path, tmp_path / "small", unit_memory_mb=32), "chunks of 16777216 bytes")
+
+
+def test_a_pt_view_larger_than_its_storage_is_refused_past_the_budget(tmp_path: Path) -> None:
+    """1.8 KB declaring 2**40 elements over one stored value (stride 0) read for minutes; an
+    expanded view within the budget is still read."""
+    torch = __import__("pytest").importorskip("torch")
+    path = tmp_path / "view.pt"
+    torch.save({"x": torch.zeros(1).expand(1 << 40), "ok": torch.ones(3).expand(4, 3)}, path)
+    _refused(_scan(path, tmp_path), "tensor 'x' views 4398046511104 bytes over a storage of 4")
+    samples = tmp_path / "samples.pt"
+    torch.save([{"x": torch.tensor([1.0, float("nan")]).expand(2**20, 2)}], samples)
+    entry = _scan(samples, tmp_path / "s", unit_memory_mb=16, isolate=False)
+    _refused(entry, "over a storage of 8")
+    fine = tmp_path / "fine.pt"
+    torch.save({"ok": torch.tensor([1.0, float("nan")]).expand(4, 2)}, fine)
+    entry = _scan(fine, tmp_path / "fine")
+    assert entry["status"] == "flagged" and entry["counts"] == {"nan": 4}
