@@ -168,24 +168,42 @@ def _h5_source(key: str, ds: Any) -> Source:
     return Source(key, shape, dt.name, dt.itemsize, read)
 
 
-def _never_written(ds: Any) -> bool:
-    """True if no byte of the dataset was ever written: every value is its fill value."""
+_MAX_CHUNKS_LISTED = 1 << 20
+"""Datasets with more written chunks than this are read as usual (listing them costs)."""
+
+
+def _written_rows(ds: Any) -> int | None:
+    """Rows up to the end of the last written chunk (0: never written), or None when every
+    row may hold written data: the rows past it read as the fill value, without I/O."""
     try:
-        return int(ds.id.get_storage_size()) == 0 and math.prod(ds.shape) > 0
+        if not ds.shape or math.prod(ds.shape) == 0:
+            return None
+        if int(ds.id.get_storage_size()) == 0:
+            return 0
+        if ds.chunks is None or ds.id.get_num_chunks() > _MAX_CHUNKS_LISTED:
+            return None
+        step = ds.chunks[0]
+        ends = (
+            ds.id.get_chunk_info(i).chunk_offset[0] + step for i in range(ds.id.get_num_chunks())
+        )
+        last = min(max(ends, default=0), ds.shape[0])
     except Exception:  # noqa: BLE001 - h5py raises several kinds; then read it as usual
-        return False
+        return None
+    return last if last < ds.shape[0] else None
 
 
-def _fill_findings(path: str, key: str, ds: Any) -> list[Finding]:
-    """One finding per failed check for a dataset that was never written, computed from its
-    fill value (what every element reads as) instead of materialising 4 TiB of it."""
+def _fill_findings(path: str, key: str, ds: Any, start: int) -> list[Finding]:
+    """One finding per failed check for the rows of a dataset from ``start`` on, which were
+    never written, computed from its fill value (what every element there reads as) instead
+    of materialising 4 TiB of it."""
     from datacheck.checks._rules import default_rules
     from datacheck.checks._tensor import sample_hits
 
     fill = np.asarray(ds.fillvalue if ds.fillvalue is not None else 0, dtype=ds.dtype)
-    n = math.prod(ds.shape)
+    n = (ds.shape[0] - start) * math.prod(ds.shape[1:])
     rules = default_rules(ds.dtype.kind == "f", True)
-    why = f"never written: all {n} values are the fill value {fill.item()!r}"
+    where = "never written" if start == 0 else f"rows {start}.. never written"
+    why = f"{where}: all {n} values are the fill value {fill.item()!r}"
     return [
         Finding(path, h.check, h.severity, why, key, None, n)
         for h in sample_hits(fill.reshape(1, 1), rules)
@@ -257,15 +275,22 @@ class Hdf5Format(Format):
         for name in names:
             ds = fh[name]
             src = _h5_source(name, ds)
-            if src.read is not None and src.shape and _never_written(ds):
+            written = _written_rows(ds) if src.read is not None else None
+            if written is not None:  # the rows past it: one finding per check, not read
                 unwritten.append(Source(name, src.shape, src.dtype, src.itemsize, None))
+                fill_findings.extend(_fill_findings(unit.path, name, ds, written))
+            if written == 0:
                 sources.append(unwritten[-1])
-                fill_findings.extend(_fill_findings(unit.path, name, ds))
             elif src.read is None:
                 sources.append(src)
             else:
                 del src, ds  # closed: read through a dataset opened with its own chunk cache
-                sources.append(_h5_source(name, _chunk_cached(fh, name, budget)))
+                src = _h5_source(name, _chunk_cached(fh, name, budget))
+                if written is not None:
+                    src.shape = (written, *src.shape[1:])
+                sources.append(src)
+        base = opened(sources, close=fh.close)
         if not unwritten:
-            return opened(sources, close=fh.close)
-        return _with_fill_rows(opened(sources, close=fh.close), unwritten, fill_findings)
+            return base
+        base.extra["shapes"].update({s.key: s.shape for s in unwritten})
+        return _with_fill_rows(base, unwritten, fill_findings)

@@ -292,3 +292,23 @@ def test_a_pt_view_larger_than_its_storage_is_refused_past_the_budget(tmp_path: 
     torch.save({"ok": torch.tensor([1.0, float("nan")]).expand(4, 2)}, fine)
     entry = _scan(fine, tmp_path / "fine")
     assert entry["status"] == "flagged" and entry["counts"] == {"nan": 4}
+
+
+def test_an_hdf5_dataset_written_in_part_reads_its_written_rows_only(tmp_path: Path) -> None:
+    """A preallocated dataset (4 TiB declared) with its first rows written: those are read,
+    the rows past the last written chunk are one finding from the fill value."""
+    h5py = __import__("pytest").importorskip("h5py")
+    path = tmp_path / "part.h5"
+    with h5py.File(path, "w") as h:
+        d = h.create_dataset("x", shape=(1 << 30, 1024), dtype="f4", chunks=(64, 64), fillvalue=NAN)
+        d[0:100] = 1.0
+        d[5, 7] = np.inf
+    report = datacheck.scan(str(path), out=tmp_path / "out", isolate=False)
+    (entry,) = report.data["files"]
+    tail = ((1 << 30) - 128) * 1024
+    assert entry["rows"] == 1 << 30
+    assert entry["counts"] == {"inf": 1, "nan": 28 * 1024 + tail}  # rows 100..127 read
+    f = report.findings
+    assert sorted(f["row"].dropna().astype(int)) == [5, *range(100, 128)]
+    (summary,) = f[f["row"].isna()].itertuples()
+    assert summary.value == f"rows 128.. never written: all {tail} values are the fill value nan"
