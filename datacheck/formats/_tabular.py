@@ -28,6 +28,7 @@ from datacheck.formats import (
     memory_budget,
     register,
 )
+from datacheck.formats._feather_v1 import check_feather_v1
 from datacheck.formats._parquet_meta import (
     bounded_dictionaries,
     declared_batch_rows,
@@ -376,7 +377,9 @@ class ArrowFormat(_Streamed):
         elif head[:4] == b"FEA1":  # Feather v1: no streaming API, read once.
             import pyarrow.feather as feather
 
+            check_feather_v1(source)  # pyarrow trusts the metadata: damaged, it crashed
             table = feather.read_table(source, memory_map=not remote)
+            table.validate(full=True)  # before to_batches, which trusts the row count
             reader, batches = table, iter(table.to_batches())
         else:
             reader = pa.ipc.open_stream(source)
