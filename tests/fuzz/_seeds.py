@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import warnings
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -295,23 +296,74 @@ def _folder_files(write: Callable[[Path], object]) -> dict[str, bytes]:
 def datasets() -> dict[str, dict[str, bytes]]:
     """Name -> the files of a small valid multi-file dataset (one of them damaged at a time).
 
-    The MDS index carries no hashes, as ``MDSWriter(hashes=[])`` writes it, so a damaged
+    A Hugging Face ``DatasetDict`` (``dataset_dict.json`` above its splits) too.  The MDS
+    index carries no hashes, as ``MDSWriter(hashes=[])`` writes it, so a damaged
     shard is parsed rather than refused by its checksum.
     """
     from _mediakit import hf_split_files, write_mds
 
-    out = {"megatron": _megatron(), "hf": hf_split_files("train", n=8)}
+    hf = hf_split_files("train", n=8)
+    out = {"megatron": _megatron(), "hf": hf}
+    out["hf-dict"] = {
+        "dataset_dict.json": json.dumps({"splits": ["train", "test"]}).encode(),
+        **{f"train/{k}": v for k, v in hf.items()},
+        **{f"test/{k}": v for k, v in hf_split_files("test", n=2, files=1).items()},
+    }
     for codec in (None, "zstd", "gz"):
         name = f"mds-{codec}" if codec else "mds"
         out[name] = _folder_files(lambda p, c=codec: write_mds(p, n=6, compression=c, hashes=()))
     return out
 
 
-def hostile() -> dict[str, bytes]:
-    """Hand-made hostile files, in every batch of the first round."""
+def _gz_zeros(prefix: bytes, mib: int, suffix: bytes) -> bytes:
+    """A gzip file of ``prefix``, ``mib`` MiB of zeros, ``suffix``: one member per MiB (a
+    reader sees one stream), so a bomb of any size is built in milliseconds."""
+    zeros = gzip.compress(bytes(1 << 20), mtime=0)
+    return gzip.compress(prefix, mtime=0) + zeros * mib + gzip.compress(suffix, mtime=0)
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data)
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def _bombs() -> dict[str, bytes | dict[str, bytes]]:
+    """Decompression bombs and lying headers: small files that declare or inflate to GiBs."""
+    from datacheck.formats._tfrecord import masked_crc
+
+    mib = 768
+    head = struct.pack("<Q", mib << 20)
+    npy = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        npy, {"descr": "<f4", "fortran_order": False, "shape": ((mib << 20) // 4,)}
+    )
+    info = tarfile.TarInfo("s000.x.npy")
+    info.size = len(npy.getvalue()) + (mib << 20)
+    tar_prefix = info.tobuf() + npy.getvalue()
+    ihdr = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    png = _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", zlib.compress(b"\0" * 1024))
+    import zstandard
+
+    zstd = zstandard.ZstdCompressor(level=3).compressobj()
+    shard = b"".join(zstd.compress(bytes(1 << 20)) for _ in range(512)) + zstd.flush()
+    mds = dict(datasets()["mds-zstd"])
+    index = json.loads(mds["index.json"])
+    index["shards"][0]["zip_data"]["bytes"] = len(shard)  # raw_data still says 1 KB: a lie
+    mds.update({"shard.00000.mds.zstd": shard, "index.json": json.dumps(index).encode()})
+    return {
+        "bomb.gz.tfrecord": _gz_zeros(head + struct.pack("<I", masked_crc(head)), mib, b"\0" * 4),
+        "bomb.tgz": _gz_zeros(tar_prefix, mib, bytes(-len(tar_prefix) % 512 + 1024)),
+        "bomb.png": b"\x89PNG\r\n\x1a\n" + png + _png_chunk(b"IEND", b""),
+        "bomb.mds-zstd": mds,
+    }
+
+
+def hostile() -> dict[str, bytes | dict[str, bytes]]:
+    """Hand-made hostile files and datasets, in every batch of the first round."""
     return {
         "deep.jsonl": b'{"a": ' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}\n",
         "deeper.jsonl": b'{"a": ' + b"[" * 10000 + b"1" + b"]" * 10000 + b"}\n",
         "tiny.feather": b"FEA1\0\0\0\0FEA1",
         "wide.jsonl": (json.dumps({f"k{i}": i for i in range(5000)}) + "\n").encode(),
+        **_bombs(),
     }

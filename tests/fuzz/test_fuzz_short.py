@@ -41,5 +41,4 @@ def test_a_short_fuzz_run_finishes_every_scan() -> None:
     result = run(minutes=0, seed=0, batch=kinds, rounds=1)  # one mutant of every format
     assert result["batches"] == {"ok": 1}, result["failures"]
     assert result["seeds_corrupt"] == []
-    files = result["files"]
-    assert files.get("corrupt", 0) > 0 and files.get("reader_crashed", 0) >= 1  # tiny.feather
+    assert result["files"].get("corrupt", 0) > 0  # the hostile files and bombs among them
