@@ -123,6 +123,7 @@ def _file_outcomes(
     contained = []
     for f in report["files"]:
         counts[f["status"]] += 1
+        counts[f"{f.get('format') or '?'}:{f['status']}"] += 1
         error = f.get("error") or ""
         for kind, start in _CONTAINED.items():
             if error.startswith(start):
@@ -136,6 +137,16 @@ _CONTAINED = {
     "reader_timed_out": "the reader timed out",
     "reader_over_memory": "the reader needed more than",
 }
+
+
+def _by_format(files: Counter[str]) -> dict[str, dict[str, int]]:
+    """``{format: {status: files}}`` from the ``format:status`` counts."""
+    out: dict[str, dict[str, int]] = {}
+    for key, n in sorted(files.items()):
+        fmt, sep, status = key.rpartition(":")
+        if sep:
+            out.setdefault(fmt, {})[status] = n
+    return out
 
 
 def _write(folder: Path, mutants: Mutants) -> None:
@@ -286,7 +297,8 @@ class Fuzzer:
             "formats": self.kinds,
             "mutations": dict(self.mutations),
             "batches": dict(self.batches),
-            "files": dict(self.files),
+            "files": {k: v for k, v in sorted(self.files.items()) if ":" not in k},
+            "by_format": _by_format(self.files),
             "seeds_corrupt": sorted(k for k, v in self.seed_status.items() if v == "corrupt"),
             "failures": self.failures[:50],
             "contained": self.contained[:100],
