@@ -90,7 +90,7 @@ class ParquetFormat(Format):
         budget = memory_budget(options)
         # Every row group's declared sizes are checked before the first is read (pyarrow
         # aborts the process on the metadata of an encrypted column: its read raises instead).
-        skip = encrypted_columns(unit.path)
+        skip = encrypted_columns(unit.path, meta)
         batch_rows = [None if skip else declared_batch_rows(meta, i, budget) for i in range(lo, hi)]
         expected = sum(meta.row_group(i).num_rows for i in range(lo, hi))
         schema = pf.schema_arrow

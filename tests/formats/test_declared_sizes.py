@@ -110,22 +110,17 @@ def test_a_large_row_group_streams_with_exact_findings(tmp_path: Path) -> None:
     assert np.array_equal(np.sort(rows), np.arange(0, n, 3))
 
 
-def test_a_plaintext_footer_with_encrypted_columns_is_found_without_pyarrow(
-    tmp_path: Path,
-) -> None:
-    """pyarrow aborts the process on an encrypted column's metadata: the footer's own fields
-    tell it apart first (field 8, ``encryption_algorithm``), and plain files are not."""
+def test_a_plaintext_footer_with_encrypted_columns_is_told_apart(tmp_path: Path) -> None:
+    """pyarrow aborts the process on an encrypted column's metadata: such a footer ends with a
+    28-byte signature after its Thrift metadata, and plain files end with the metadata."""
     path = tmp_path / "plain.parquet"
     pq.write_table(pa.table({"x": [1.0]}), path)
-    assert not encrypted_columns(str(path))
+    assert not encrypted_columns(str(path), pq.read_metadata(path))
     data = path.read_bytes()
     n = struct.unpack("<i", data[-8:-4])[0]
-    footer = bytearray(data[-8 - n : -8])
-    assert footer[-1] == 0  # the struct's stop byte: append field 8, an empty struct, there
-    footer[-1:] = b"\x0c\x10\x00\x00"  # type struct, field id 8 (zigzag 16), empty
-    fake = data[: -8 - n] + bytes(footer) + struct.pack("<i", len(footer)) + b"PAR1"
-    path.write_bytes(fake)
-    assert encrypted_columns(str(path))
+    footer = data[-8 - n : -8] + bytes(28)  # as the signature (nonce, tag) follows it
+    path.write_bytes(data[: -8 - n] + footer + struct.pack("<i", len(footer)) + b"PAR1")
+    assert encrypted_columns(str(path), pq.read_metadata(path))
 
 
 # -- tensors: members and fill values ---------------------------------------------------------
@@ -187,7 +182,7 @@ def test_an_hdf5_dataset_never_written_is_one_finding_from_its_fill_value(
         h.create_dataset("big", shape=(1 << 30, 1024), dtype="f4", chunks=(1024, 64), fillvalue=NAN)
         h.create_dataset("zeros", shape=(1 << 20,), dtype="f8", chunks=(4096,))
         h.create_dataset("x", data=np.array([1.0, np.inf, 3.0]))
-    report = datacheck.scan(str(path), out=tmp_path / "out", workers=1, unit_memory_mb=SMALL_MB)
+    report = datacheck.scan(str(path), out=tmp_path / "out", isolate=False, unit_memory_mb=SMALL_MB)
     (entry,) = report.data["files"]
     assert entry["status"] == "flagged" and entry["rows"] == 1 << 30
     assert entry["counts"] == {"inf": 1, "nan": 1 << 40}
@@ -283,14 +278,16 @@ def test_a_pt_view_larger_than_its_storage_is_refused_past_the_budget(tmp_path: 
     torch = __import__("pytest").importorskip("torch")
     path = tmp_path / "view.pt"
     torch.save({"x": torch.zeros(1).expand(1 << 40), "ok": torch.ones(3).expand(4, 3)}, path)
-    _refused(_scan(path, tmp_path), "tensor 'x' views 4398046511104 bytes over a storage of 4")
+    # In this process: importing torch alone passes a 64 MiB worker bound.
+    entry = _scan(path, tmp_path, isolate=False)
+    _refused(entry, "tensor 'x' views 4398046511104 bytes over a storage of 4")
     samples = tmp_path / "samples.pt"
     torch.save([{"x": torch.tensor([1.0, float("nan")]).expand(2**20, 2)}], samples)
     entry = _scan(samples, tmp_path / "s", unit_memory_mb=16, isolate=False)
     _refused(entry, "over a storage of 8")
     fine = tmp_path / "fine.pt"
     torch.save({"ok": torch.tensor([1.0, float("nan")]).expand(4, 2)}, fine)
-    entry = _scan(fine, tmp_path / "fine")
+    entry = _scan(fine, tmp_path / "fine", isolate=False)
     assert entry["status"] == "flagged" and entry["counts"] == {"nan": 4}
 
 
