@@ -1,8 +1,8 @@
-"""Naming the samples behind a bad step: per-sample evidence, suspects, quarantine, exclusion.
+"""Naming the samples behind a bad step: per-sample evidence, quarantine, exclusion.
 
 Evidence is a non-finite per-sample loss (named at once), or per-sample losses that are
-outliers within their batch (:func:`~datacheck.torch._guard_log.name_samples`) and worse
-than the run's start (the mean loss of its first healthy steps, an untrained model's guess): at
+outliers within their batch (:func:`~datacheck.torch._guard_log.name_samples`) and no better
+than the run's start (the median loss of its first healthy steps, an untrained model's guess): at
 a non-finite step they are named at once (a sample whose finite loss stands far above the rest
 overflowed the gradient); at a loss spike only when the run is settled and once the next step
 shows the spike was isolated.  Named samples go to the runtime quarantine and are excluded for
