@@ -310,6 +310,8 @@ def scan_unit(
         opts.setdefault("arrow_types", schema.arrow_types_for(unit.format))
         if schema.media is not None:
             opts.setdefault("media", schema.media)
+        if schema.tensors is not None:  # what a reader summarises itself (HDF5 fill values)
+            opts.setdefault("tensors", schema.tensors)
     try:
         opened = get_format(unit.format).open(unit, opts)
     except Exception as exc:  # noqa: BLE001 - reader boundary

@@ -192,16 +192,17 @@ def _written_rows(ds: Any) -> int | None:
     return last if last < ds.shape[0] else None
 
 
-def _fill_findings(path: str, key: str, ds: Any, start: int) -> list[Finding]:
+def _fill_findings(path: str, key: str, ds: Any, start: int, tensors: Any) -> list[Finding]:
     """One finding per failed check for the rows of a dataset from ``start`` on, which were
     never written, computed from its fill value (what every element there reads as) instead
-    of materialising 4 TiB of it."""
+    of materialising 4 TiB of it; the rules of the schema's ``tensors:`` section if any."""
     from datacheck.checks._rules import default_rules
     from datacheck.checks._tensor import sample_hits
 
     fill = np.asarray(ds.fillvalue if ds.fillvalue is not None else 0, dtype=ds.dtype)
     n = (ds.shape[0] - start) * math.prod(ds.shape[1:])
-    rules = default_rules(ds.dtype.kind == "f", True)
+    is_float = ds.dtype.kind == "f"
+    rules = tensors.rules_for(key, is_float) if tensors else default_rules(is_float, True)
     where = "never written" if start == 0 else f"rows {start}.. never written"
     why = f"{where}: all {n} values are the fill value {fill.item()!r}"
     return [
@@ -278,7 +279,8 @@ class Hdf5Format(Format):
             written = _written_rows(ds) if src.read is not None else None
             if written is not None:  # the rows past it: one finding per check, not read
                 unwritten.append(Source(name, src.shape, src.dtype, src.itemsize, None))
-                fill_findings.extend(_fill_findings(unit.path, name, ds, written))
+                found = _fill_findings(unit.path, name, ds, written, options.get("tensors"))
+                fill_findings.extend(found)
             if written == 0:
                 sources.append(unwritten[-1])
             elif src.read is None:

@@ -309,3 +309,17 @@ def test_an_hdf5_dataset_written_in_part_reads_its_written_rows_only(tmp_path: P
     assert sorted(f["row"].dropna().astype(int)) == [5, *range(100, 128)]
     (summary,) = f[f["row"].isna()].itertuples()
     assert summary.value == f"rows 128.. never written: all {tail} values are the fill value nan"
+
+
+def test_the_fill_value_finding_follows_the_tensors_schema(tmp_path: Path) -> None:
+    h5py = __import__("pytest").importorskip("h5py")
+    path = tmp_path / "fill.h5"
+    with h5py.File(path, "w") as h:
+        h.create_dataset("big", shape=(1 << 30, 8), dtype="f4", chunks=(1024, 8), fillvalue=5.0)
+    schema = tmp_path / "s.yaml"
+    schema.write_text("tensors:\n  keys:\n    big: {range: [0, 1]}\n")
+    report = datacheck.scan(str(path), schema=str(schema), out=tmp_path / "out", isolate=False)
+    (entry,) = report.data["files"]
+    assert entry["counts"] == {"out_of_range": 1 << 33}
+    plain = datacheck.scan(str(path), out=tmp_path / "plain", isolate=False)
+    assert plain.data["files"][0]["status"] == "ok"
