@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datacheck.history._table import Columns, Table, is_eval_key, norm_key, role_of, to_float
+from datacheck.history._table import (
+    MISSING,
+    Columns,
+    Table,
+    is_eval_key,
+    norm_key,
+    role_of,
+    to_float,
+)
 
 __all__ = ["parse_line", "read_text"]
 
@@ -73,6 +81,8 @@ _CKPT_STEP = (
 )
 
 
+_UNIT = r"(?:ms|us|ns|s|min|m|h|it|x|[kKMGT]i?B|[kKMBT])(?![\w.])"
+"""A unit glued to a number (``120.30ms``, ``4.2it/s``, ``1.5x``, ``12GB``)."""
 _TOKEN = re.compile(  # _NUM where nothing word-like precedes it, split by its first character
     r"([-+.\dnNiI](?<![\w.].)"  # a first character that can start a number: a fast scan
     rf"(?:(?<=\d)\d*+(?:\.\d*+)?+{_E}"
@@ -80,8 +90,10 @@ _TOKEN = re.compile(  # _NUM where nothing word-like precedes it, split by its f
     rf"|(?<=[-+])(?:(?:\d++(?:\.\d*+)?+|\.\d++){_E}|{_NAN}|{_INF})"
     r"|(?<=[nN])[aA][nN]"
     r"|(?<=[iI])[nN][fF](?:[iI][nN][iI][tT][yY])?+"
-    r")(?!\w|\.\w))"
+    rf")(?:(?!\w|\.\w)|(?<=\d)(?={_UNIT})))"
 )
+"""A number, or digits glued to a unit (never a value: ``_NUM`` wants no word character
+after it), so ``time 120.30ms`` and ``time 98.10ms`` are lines of one shape."""
 _CACHE_LIMIT = 4096
 
 Found = dict[str, tuple[float, int]]
@@ -353,6 +365,24 @@ def _whole_line(parts: list[str], made: int) -> re.Pattern[str] | None:
     return re.compile(_TOKEN.pattern.join(map(re.escape, pieces)))
 
 
+class _Direct:
+    """Where a plan's values go when the table already has a column for each: then a line of
+    the plan is its values appended to their arrays and ``MISSING`` to the others, what
+    ``Columns.add`` does with its row."""
+
+    __slots__ = ("columns", "into", "pad", "train", "width")
+
+    def __init__(self, plan: _Plan, table: Table) -> None:
+        self.columns = table.eval if plan.tag == "eval" else table.train
+        cols = self.columns.cols
+        self.width = len(cols)
+        self.train = plan.tag != "eval"
+        keys = {key for key, _ in plan.values}
+        fits = plan.data and not plan.computed and keys <= cols.keys()
+        self.into = tuple((cols[key], i) for key, i in plan.values) if fits else ()
+        self.pad = tuple(col for key, col in cols.items() if key not in keys)
+
+
 class _Reader:
     """One pass over a text log's lines: shapes read by their plans, rows into the table."""
 
@@ -361,11 +391,14 @@ class _Reader:
         self.shapes = _Shapes()
         self.pending: list[dict[str, Any]] = []
         """Signal events waiting for the training row they come before."""
+        self.direct: dict[_Plan, _Direct] = {}
 
     def line(self, line: str) -> None:
         parts: list[str] | None = None
         last = self.shapes.last  # a line of the last shape: its plan and numbers in one match
         known = None if last is None else last[0].fullmatch(line)
+        if known is not None and self._append(last[1], known.groups()):  # type: ignore[index]
+            return
         if known is None:
             parts = _TOKEN.split(line)
             plan = self.shapes.lookup(parts)
@@ -379,6 +412,20 @@ class _Reader:
             tag = plan.tag if plan.data else ""
         if tag:
             self._add(tag, row)
+
+    def _append(self, plan: _Plan, numbers: Sequence[str]) -> bool:
+        """Append a line of ``plan`` straight to the columns, if :class:`_Direct` can."""
+        direct = self.direct.get(plan)
+        if direct is None or len(direct.columns.cols) != direct.width:
+            direct = self.direct[plan] = _Direct(plan, self.table)
+        if not direct.into or (direct.train and self.pending):
+            return False  # signal events wait for this row: Columns.add and _add
+        for col, i in direct.into:
+            col.append(float(numbers[i]))
+        for col in direct.pad:
+            col.append(MISSING)
+        direct.columns.n += 1
+        return True
 
     def _parse(self, line: str, parts: list[str] | None) -> tuple[str, dict[str, float]]:
         """Parse a line in full (and plan its shape); ``tag`` is ``""`` when it is no data."""
@@ -418,11 +465,17 @@ def read_text(path: Path, keep: set[str]) -> Table:
     Most lines of a log share a few shapes; each shape (the line with its numbers blanked) is
     parsed once into a plan, and later lines of that shape are read by the plan.
     """
-    reader = _Reader(keep)
+    return _read(path, _Reader(keep))
+
+
+def _read(path: Path, reader: _Reader) -> Table:
     with path.open(encoding="utf-8", errors="replace", newline="") as fh:
         read = fh.readline
         while physical := read(_LINE_CHARS):
-            for line in physical.split("\r"):  # progress bars redraw with carriage returns
-                if line.strip():
-                    reader.line(line)
+            if "\r" in physical:  # progress bars redraw with carriage returns
+                for line in physical.split("\r"):
+                    if line and not line.isspace():
+                        reader.line(line)
+            elif not physical.isspace():
+                reader.line(physical)
     return reader.finish()

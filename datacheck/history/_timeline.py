@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +130,9 @@ def _event_nan(hist: History) -> tuple[float, str] | None:
     return None
 
 
+Walk = Callable[[History, _Scan, SpikeDetector, SpikeDetector], None]
+
+
 def analyze(
     hist: History,
     *,
@@ -138,8 +141,24 @@ def analyze(
     lookback: int = 200,
 ) -> Timeline:
     """Walk the history once with the shared spike detector (:mod:`datacheck.checks._spike`)."""
+    return _analyze(hist, _walk_batch, loss, grad_norm, lookback)
+
+
+def _analyze(
+    hist: History, walk: Walk, loss: SpikeConfig, grad_norm: SpikeConfig, lookback: int
+) -> Timeline:
     loss_det, grad_det = SpikeDetector(loss), SpikeDetector(grad_norm)
     scan = _Scan(nan=_event_nan(hist))
+    walk(hist, scan, loss_det, grad_det)
+    scan.close()
+    return _conclude(hist, scan, loss_det.level, loss, lookback)
+
+
+def _walk_each(
+    hist: History, scan: _Scan, loss_det: SpikeDetector, grad_det: SpikeDetector
+) -> None:
+    """The pass, one ``update`` per reading, up to the first non-finite one (or the NaN the
+    events name): what :func:`_walk_batch` must equal."""
     stop = math.inf if scan.nan is None else scan.nan[0]
     isfinite = math.isfinite
     for step, value, gnorm in zip(hist.steps, hist.loss, hist.grad_norm, strict=True):
@@ -155,8 +174,43 @@ def analyze(
             scan.grad(step, gnorm, grad_det.update(gnorm, step))
         if value is not None:
             scan.loss(step, value, loss_det.update(value, step))
-    scan.close()
-    return _conclude(hist, scan, loss_det.level, loss, lookback)
+
+
+_CHUNK = 1 << 12
+"""Rows walked at a time by :func:`_walk_batch` (NumPy temporaries of ~0.5 MB)."""
+
+
+def _walk_batch(
+    hist: History, scan: _Scan, loss_det: SpikeDetector, grad_det: SpikeDetector
+) -> None:
+    """:func:`_walk_each`, chunk by chunk with :meth:`SpikeDetector.feed` (the loss and the
+    grad norm touch separate parts of the scan, so one may go before the other)."""
+    import numpy as np
+
+    n, stop = len(hist.steps), math.inf if scan.nan is None else scan.nan[0]
+    if not n:
+        return
+    steps, loss, gnorm = (
+        np.frombuffer(s.data, np.float64) for s in (hist.steps, hist.loss, hist.grad_norm)
+    )
+    for a in range(0, n, _CHUNK):
+        st, lv, gv = steps[a : a + _CHUNK], loss[a : a + _CHUNK], gnorm[a : a + _CHUNK]
+        has_l, has_g = lv != MISSING, gv != MISSING
+        l_bad, g_bad = has_l & ~np.isfinite(lv), has_g & ~np.isfinite(gv)
+        ends = ((st > stop) | l_bad | g_bad).nonzero()[0]
+        end = int(ends[0]) if len(ends) else len(st)
+        for has, vals, det, take in (
+            (has_g, gv, grad_det, scan.grad),
+            (has_l, lv, loss_det, scan.loss),
+        ):
+            rows = has[:end].nonzero()[0]
+            for i, verdict in det.feed(vals[rows], st[rows]):
+                take(float(st[rows[i]]), float(vals[rows[i]]), verdict)
+        if len(ends):
+            if not st[end] > stop:
+                bad = ("loss",) * bool(l_bad[end]) + ("grad norm",) * bool(g_bad[end])
+                scan.nan = (float(st[end]), " and ".join(bad))
+            return
 
 
 def _usual_gap(steps: Floats) -> float:

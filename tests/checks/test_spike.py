@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
 
 import pytest
 
-from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig, SpikeDetector
+from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig, SpikeDetector, Verdict
 from datacheck.errors import UsageError
 
 NAN = math.nan
@@ -172,3 +173,65 @@ def test_config_is_validated(kwargs, match):
 def test_config_is_frozen():
     with pytest.raises(AttributeError):
         LOSS.ratio = 2.0  # type: ignore[misc]
+
+
+def _series(rng: random.Random) -> tuple[list[float], list[float]]:
+    """A series with the shapes a log has: noise, blips, sustained spikes, a drop, NaN/inf,
+    zeros and negatives; short or long, with uneven steps."""
+    n = rng.choice([0, 1, 2, 3, 5, 9, 50, 130, 300, 1000])
+    base, noise = rng.choice([2.4, 0.015, 0.0, -1.0]), rng.choice([0, 0.001, 0.01, 0.5])
+    if base > 0:
+        v = [base * math.exp(rng.gauss(0, noise)) for _ in range(n)]
+    else:
+        v = [base + rng.gauss(0, noise) for _ in range(n)]
+    for _ in range(rng.randint(0, 6) if n else 0):
+        i, kind = rng.randrange(n), rng.random()
+        if kind < 0.3:
+            v[i] = rng.choice([NAN, math.inf, -math.inf, 0.0, -0.0])
+        elif kind < 0.6:
+            v[i] *= rng.choice([1.6, 3, 100])  # a blip
+        elif kind < 0.9:
+            for k in range(i, min(n, i + rng.randint(2, 200))):
+                v[k] *= rng.choice([2, 5])  # a sustained spike
+        else:
+            v[i:] = [x * 0.3 for x in v[i:]]
+    steps = [float(s) for s in itertools.accumulate(rng.choice([1, 1, 10, 0, 2.5]) for _ in v)]
+    return v, steps
+
+
+def _notable(
+    det: SpikeDetector, values: list[float], steps: list[float]
+) -> list[tuple[int, Verdict]]:
+    out = []
+    for i, (v, s) in enumerate(zip(values, steps, strict=True)):
+        verdict = det.update(v, s)
+        if verdict.kind not in ("ok", "warmup") or verdict.recovered:
+            out.append((i, verdict))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_feed_gives_what_update_gives_reading_by_reading(seed):
+    """The offline batch entry point: same verdicts, same state, in any chunks, from any state."""
+    np = pytest.importorskip("numpy")
+    rng = random.Random(seed)
+    configs = [LOSS, GRAD_NORM, SpikeConfig(window=4, min_readings=2, min_spread=2)]
+    for _ in range(150):
+        config = rng.choice(configs)
+        each, batch = SpikeDetector(config), SpikeDetector(config)
+        if rng.random() < 0.5:  # a state left by earlier readings
+            before = _series(rng)
+            _notable(each, *before)
+            _notable(batch, *before)
+        values, steps = _series(rng)
+        want = _notable(each, values, steps)
+        got, at, size = [], 0, rng.choice([1, 7, 100, 10**6])
+        while at < len(values):
+            chunk = slice(at, at + size)
+            verdicts = batch.feed(np.array(values[chunk]), np.array(steps[chunk]))
+            got += [(at + i, v) for i, v in verdicts]
+            at += size
+        assert repr(got) == repr(want)
+        assert batch.state_dict() == each.state_dict()
+        assert repr(batch._sorted) == repr(each._sorted)
+        assert repr((batch.level, batch.threshold)) == repr((each.level, each.threshold))
