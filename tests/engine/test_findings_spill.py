@@ -67,3 +67,22 @@ def test_the_manifest_names_every_bad_row_of_a_spilled_unit(
     assert manifest.num_rows == n // 2 + n // 5
     inf_rows = manifest.filter(pc.equal(manifest["check"], "inf"))["row"].to_numpy()
     assert np.array_equal(np.sort(inf_rows), np.arange(1, n, 5))
+
+
+def test_a_part_cut_short_is_not_readable(tmp_path: Path) -> None:
+    """Resume checks parts by their message headers (not decompressing them): a part cut
+    inside a message or empty is scanned again; a part of an older version (IPC file) reads."""
+    from datacheck.checks._registry import Severity
+
+    table = fnd.findings_table([fnd.Finding("p", "nan", Severity.ERROR, row=i) for i in range(9)])
+    part = Path(fnd.write_part(table, tmp_path, "unit"))
+    assert fnd.part_is_readable(part)
+    data = part.read_bytes()
+    for cut in (0, 10, len(data) // 2, len(data) - 1):
+        part.write_bytes(data[:cut])
+        assert not fnd.part_is_readable(part), cut
+    old = tmp_path / "old.arrow"
+    with pa.ipc.new_file(old, table.schema) as writer:
+        writer.write_table(table.unify_dictionaries())
+    assert fnd.part_is_readable(old) and fnd.read_part(old).num_rows == 9
+    assert [t.num_rows for t in fnd.iter_part(old)] == [9]
