@@ -123,8 +123,12 @@ def _primitive(arr: pa.Array) -> FlatColumn:
     """A zero-copy NumPy view of the values buffer (``to_numpy`` would import pandas)."""
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
-    dtype = _NUMPY_TYPES[arr.type]
-    values = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr)]
+    dtype = np.dtype(_NUMPY_TYPES[arr.type])
+    # count/offset, not the whole buffer: a file's buffer may be longer than its values and
+    # not a whole number of them (validation checks it is long enough, not its exact size)
+    values = np.frombuffer(
+        arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize
+    )
     valid = validity(arr) if arr.null_count else None
     return FlatColumn(values, valid, RowMap(len(arr)))
 
