@@ -259,8 +259,8 @@ def _eval(hist: History, table: Table, keys: Keys) -> None:
 
 
 def _check(hist: History, keys: Keys, table: Table, source: str) -> None:
-    has_loss = any(v is not None for v in hist.loss)
-    has_signal = any(v is not None for v in hist.grad_norm) or any(
+    has_loss = hist.loss.data.count(MISSING) < len(hist.loss)
+    has_signal = hist.grad_norm.data.count(MISSING) < len(hist.grad_norm) or any(
         e.get("kind") == "nonfinite" for e in hist.events
     )
     if has_loss:

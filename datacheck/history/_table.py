@@ -132,7 +132,7 @@ class Columns:
     def present(self, key: str) -> int:
         """Rows that have ``key``."""
         col = self.cols.get(key)
-        return 0 if col is None else sum(1 for v in col if v != MISSING)
+        return 0 if col is None else len(col) - col.count(MISSING)
 
 
 @dataclass

@@ -391,7 +391,8 @@ class _Reader:
         self.shapes = _Shapes()
         self.pending: list[dict[str, Any]] = []
         """Signal events waiting for the training row they come before."""
-        self.direct: dict[_Plan, _Direct] = {}
+        self.direct: dict[int, _Direct] = {}
+        """By the ``id`` of the plan (plans stay in the context's cache: ids are not reused)."""
 
     def line(self, line: str) -> None:
         parts: list[str] | None = None
@@ -415,9 +416,9 @@ class _Reader:
 
     def _append(self, plan: _Plan, numbers: Sequence[str]) -> bool:
         """Append a line of ``plan`` straight to the columns, if :class:`_Direct` can."""
-        direct = self.direct.get(plan)
+        direct = self.direct.get(id(plan))
         if direct is None or len(direct.columns.cols) != direct.width:
-            direct = self.direct[plan] = _Direct(plan, self.table)
+            direct = self.direct[id(plan)] = _Direct(plan, self.table)
         if not direct.into or (direct.train and self.pending):
             return False  # signal events wait for this row: Columns.add and _add
         for col, i in direct.into:
