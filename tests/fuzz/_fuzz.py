@@ -313,9 +313,11 @@ def run(
     save: Path | None = None,
     rounds: int = 0,
     progress: bool = False,
+    partial: Path | None = None,
 ) -> dict:
     """Fuzz for ``minutes`` (or exactly ``rounds`` batches when given); the counts.
-    ``progress``: a line per batch on stderr."""
+    ``progress``: a line per batch on stderr; ``partial``: the summary so far written there
+    after every batch (a run cut short still leaves its counts)."""
     fuzzer = Fuzzer(seed, batch, save)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dc-fuzz-") as tmp:
@@ -326,6 +328,9 @@ def run(
         ):
             fuzzer.run_batch(round_no, Path(tmp))
             round_no += 1
+            if partial is not None:
+                summary = fuzzer.summary(time.monotonic() - start)
+                partial.write_text(json.dumps({"partial": True, **summary}, indent=1) + "\n")
             if progress:
                 took = time.monotonic() - start
                 print(f"{took:7.0f} s  batch {round_no}: {dict(fuzzer.batches)}", file=sys.stderr)
@@ -356,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     commit = _commit()
     result = {"commit": commit, "seed": args.seed, "minutes": args.minutes}
-    result.update(run(args.minutes, args.seed, args.batch, args.save, progress=True))
+    result.update(
+        run(args.minutes, args.seed, args.batch, args.save, progress=True, partial=args.json)
+    )
     text = json.dumps(result, indent=1)
     print(text)
     if args.json is not None:

@@ -17,6 +17,7 @@ Feather footers, index headers), a chunk duplicated or deleted.  Structure-aware
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import random
@@ -118,7 +119,7 @@ def mutate_json(seed: bytes, rng: random.Random) -> bytes | None:
             if rng.random() < 0.2:
                 del parent[path[-1]]
             else:
-                parent[path[-1]] = rng.choice(HOSTILE_JSON)
+                parent[path[-1]] = copy.deepcopy(rng.choice(HOSTILE_JSON))  # never shared
         except (KeyError, IndexError, TypeError):  # a path the first edit removed
             continue
     return json.dumps(doc).encode()

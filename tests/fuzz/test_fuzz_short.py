@@ -42,3 +42,16 @@ def test_a_short_fuzz_run_finishes_every_scan() -> None:
     assert result["batches"] == {"ok": 1}, result["failures"]
     assert result["seeds_corrupt"] == []
     assert result["files"].get("corrupt", 0) > 0  # the hostile files and bombs among them
+
+
+def test_json_edits_never_share_a_hostile_value() -> None:
+    """Hostile values are copied into each document: an edit inside one inserted earlier used
+    to change the shared constant, until a later mutant held itself (json.dumps: circular)."""
+    from _mutate import HOSTILE_JSON
+
+    before = json.dumps(HOSTILE_JSON)
+    raw = json.dumps({"a": {"b": [1, {"c": 2}]}, "d": [3, [4]]}).encode()
+    rng = random.Random(1)
+    for _ in range(3000):
+        assert mutate_json(raw, rng) is not None
+    assert json.dumps(HOSTILE_JSON) == before
