@@ -16,6 +16,34 @@ import pyarrow as pa
 from PIL import Image
 
 
+def varint(n: int) -> bytes:
+    """A protobuf base-128 varint."""
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def length_delimited(num: int, body: bytes) -> bytes:
+    """A protobuf length-delimited field ``num`` holding ``body``."""
+    return varint(num << 3 | 2) + varint(len(body)) + body
+
+
+def tf_example(floats: dict[str, list[float]], blobs: dict[str, bytes]) -> bytes:
+    """A serialized ``tf.train.Example`` (protobuf wire format written by hand)."""
+    ld = length_delimited
+    entries = b""
+    for name, values in floats.items():
+        feature = ld(2, ld(1, np.asarray(values, "<f4").tobytes()))  # FloatList, packed
+        entries += ld(1, ld(1, name.encode()) + ld(2, feature))
+    for name, blob in blobs.items():
+        feature = ld(1, ld(1, blob))  # BytesList
+        entries += ld(1, ld(1, name.encode()) + ld(2, feature))
+    return ld(1, entries)
+
+
 def jpeg(seed: int = 0, side: int = 16) -> bytes:
     buf = io.BytesIO()
     rng = np.random.default_rng(seed)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _mediakit import varint
 
 import datacheck
 from datacheck.formats._parquet_meta import encrypted_columns
@@ -38,18 +39,9 @@ def _refused(entry: dict[str, Any], reason: str) -> None:
 # -- Parquet: a footer that lies -------------------------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _i64_field(n: int) -> bytes:
     """A Thrift compact i64 field one id after the previous one, holding ``n``."""
-    return b"\x16" + _varint((n << 1) ^ (n >> 63))
+    return b"\x16" + varint((n << 1) ^ (n >> 63))
 
 
 def _lying_parquet(path: Path, claims: int, which: list[int]) -> Path:

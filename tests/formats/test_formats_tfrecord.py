@@ -8,36 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _mediakit import tf_example as example
 from PIL import Image
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 import datacheck
 from datacheck.formats._tfrecord import crc32c, parse_example
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _ld(num: int, body: bytes) -> bytes:
-    return _varint(num << 3 | 2) + _varint(len(body)) + body
-
-
-def example(floats: dict[str, list[float]], blobs: dict[str, bytes]) -> bytes:
-    """A serialized ``tf.train.Example`` (protobuf wire format written by hand)."""
-    entries = b""
-    for name, values in floats.items():
-        feature = _ld(2, _ld(1, np.asarray(values, "<f4").tobytes()))  # FloatList, packed
-        entries += _ld(1, _ld(1, name.encode()) + _ld(2, feature))
-    for name, blob in blobs.items():
-        feature = _ld(1, _ld(1, blob))  # BytesList
-        entries += _ld(1, _ld(1, name.encode()) + _ld(2, feature))
-    return _ld(1, entries)
 
 
 def jpeg() -> bytes:

@@ -197,25 +197,11 @@ def _audio_seeds() -> dict[str, bytes]:
     }
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _ld(num: int, body: bytes) -> bytes:
-    return _varint(num << 3 | 2) + _varint(len(body)) + body
-
-
 def _example(x: list[float], blob: bytes) -> bytes:
     """A ``tf.train.Example`` with a packed FloatList ``x`` and a BytesList ``image``."""
-    floats = _ld(2, _ld(1, np.asarray(x, "<f4").tobytes()))
-    blobs = _ld(1, _ld(1, blob))
-    entries = _ld(1, _ld(1, b"x") + _ld(2, floats)) + _ld(1, _ld(1, b"image") + _ld(2, blobs))
-    return _ld(1, entries)
+    from _mediakit import tf_example
+
+    return tf_example({"x": x}, {"image": blob})
 
 
 def _tfrecord(records: list[bytes]) -> bytes:
