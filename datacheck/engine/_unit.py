@@ -216,7 +216,7 @@ def _check_batch(
         offset = row_offset
         for piece in pieces:
             arr = plain(piece)  # dictionary, run-end, list-view, map: checked element-wise
-            for leaf_name, leaf_arr in leaves(name, arr):  # struct fields: columns of their own
+            for leaf_name, leaf_arr in _leaves(name, arr):  # struct fields: their own columns
                 _check_column(leaf_name, leaf_arr, offset, integer_columns, col, profiler, run)
             offset += len(arr)
     if run is not None:
@@ -225,6 +225,21 @@ def _check_batch(
             _check_column(name, arr, offset, set(), col, None, run)
 
         run.batch(batch, row_offset, col.hits, index_column)
+
+
+class _Damaged(Exception):
+    """A batch that passed the reader's validation whose nested columns still do not add up
+    (a field name that is not UTF-8, a child shorter than its offsets span): its file is
+    corrupt, not datacheck."""
+
+
+def _leaves(name: str, arr: pa.Array) -> list[tuple[str, pa.Array]]:
+    try:
+        return list(leaves(name, arr))
+    except (UnicodeDecodeError, pa.ArrowInvalid) as exc:
+        raise _Damaged(
+            f"column {name!r}: nested fields do not add up: {_reader_error(exc)}"
+        ) from exc
 
 
 def _check_column(
@@ -328,7 +343,11 @@ def scan_unit(
                 col.findings(run.file_findings(res.columns, unit.partition_columns))
         profiler = Profiler(sketch) if profile else None
         for chunk in _guarded(opened.chunks, errors):
-            _check_chunk(chunk, schema, col, profiler, run)
+            try:
+                _check_chunk(chunk, schema, col, profiler, run)
+            except _Damaged as exc:
+                errors.append(str(exc)[:300])
+                break
             res.rows += chunk.num_rows
             del chunk  # before the reader fetches the next one
         if run is not None and not errors:
