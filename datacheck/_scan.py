@@ -13,7 +13,6 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from datacheck import findings as fnd
 from datacheck.engine._discover import discover_files, plan_units
 from datacheck.engine._journal import Journal
 from datacheck.engine._merge import (
@@ -322,8 +321,7 @@ def scan(
     options = config.run_options()
     if any(_storage.in_this_process_only(u.path) for u in todo):
         options["isolate"] = False  # memory:// lives here: no worker could read it
-    fnd.findings_table([])  # pyarrow's lazy set-up (0.3 s), done once here: forked workers
-    running = run_units(  # inherit it instead of each paying it on its first finding
+    running = run_units(
         fn,
         todo,
         config.executor,
