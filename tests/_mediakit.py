@@ -94,8 +94,17 @@ def _file_info(basename: str, data: bytes, hashes: list[str]) -> dict[str, Any]:
     return {
         "basename": basename,
         "bytes": len(data),
-        "hashes": {algo: hashlib.new(algo, data).hexdigest() for algo in hashes},
+        "hashes": {algo: _digest(algo, data) for algo in hashes},
     }
+
+
+def _digest(algo: str, data: bytes) -> str:
+    """Streaming's ``get_hash``: hashlib's algorithms, then xxhash's (``xxh64``, ...)."""
+    if algo.startswith("xxh"):
+        import xxhash
+
+        return str(getattr(xxhash, algo)(data).hexdigest())
+    return hashlib.new(algo, data).hexdigest()
 
 
 def write_mds(

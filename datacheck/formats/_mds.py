@@ -3,9 +3,10 @@
 Read without the ``streaming`` package.  A shard is ``uint32 num_samples``, ``uint32
 offsets[num_samples + 1]`` (byte offsets of each sample in the file), then the samples; each
 sample starts with a ``uint32`` size per variable-size column, then the columns in the order
-the index names them.  Checked: the index's byte count and hashes of the shard (``sha1``,
-``sha256``, ``md5``, ... where present), the sample count, offsets that rise and end at the end
-of the file, and every sample's column sizes (any of these wrong -> ``corrupt``).  Decoded:
+the index names them.  Checked: the index's byte count and hashes of the shard (where
+present, every one listed: hashlib's ``sha1``, ``md5``, ... and xxhash's ``xxh64``, ...), the
+sample count, offsets that rise and end at the end of the file, and every sample's column sizes
+(any of these wrong -> ``corrupt``).  Decoded:
 float scalars and fixed-shape ``ndarray:<dtype>:<shape>`` columns (NaN/Inf at the sample's
 row), ``jpeg``/``png`` columns (fully decoded; one that does not decode is ``corrupt`` at the
 sample's row).  ``pkl`` columns are never unpickled.  Compressed shards (``.mds.zstd``,
@@ -15,7 +16,6 @@ file, bounded and hash-checked (:mod:`._mds_zip`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +27,7 @@ from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
 from datacheck.formats._image import DecodeError, check_image
-from datacheck.formats._mds_zip import CODECS, materialize_shard, shard_codec
+from datacheck.formats._mds_zip import CODECS, Digests, materialize_shard, shard_codec
 from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
 
@@ -93,12 +93,10 @@ def mds_index_entry(shard_path: str) -> dict[str, Any] | None:
 def _check_hashes(mf: MappedFile, raw: Mapping[str, Any]) -> None:
     if isinstance(raw.get("bytes"), int) and raw["bytes"] != mf.size:
         raise TensorFileError(f"index.json says {raw['bytes']} bytes, the shard holds {mf.size}")
-    for algo, want in (raw.get("hashes") or {}).items():
-        if algo not in hashlib.algorithms_available or not isinstance(want, str):
-            continue  # xxh* and other non-hashlib hashes: not checked
-        got = hashlib.new(algo, mf.mm or b"").hexdigest()
-        if got != want:
-            raise TensorFileError(f"{algo} of the shard is {got}, index.json says {want}")
+    digests = Digests("shard", raw)
+    if digests.want:
+        digests.update(mf.mm or b"")
+        digests.verify()
 
 
 def _offsets(mf: MappedFile, expected: Any) -> np.ndarray:

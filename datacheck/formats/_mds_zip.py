@@ -12,7 +12,7 @@ an uncompressed shard), never above the ``raw_data`` byte count of the index
 so a decompression bomb stops at the cap and is ``corrupt``.  Raw snappy cannot be streamed: its
 stated size is held to the cap, then it is decompressed whole.  The hashes of both ``zip_data``
 and ``raw_data`` are checked (the compressed file's first, so a damaged file is named by its
-hash).  gz and bz2 come with Python; zstd needs ``zstandard``, brotli ``brotli`` 1.2 or later
+hash), every one listed (:class:`Digests`).  gz and bz2 come with Python; zstd needs ``zstandard``, brotli ``brotli`` 1.2 or later
 (whose decompressor bounds its output), snappy ``cramjam`` (all in the ``media`` extra): without
 its package a shard is ``corrupt`` with a one-line reason naming the extra, never skipped.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+import mmap
 import os
 import tempfile
 import zlib
@@ -31,7 +32,14 @@ from typing import IO, Any
 from datacheck.formats import _storage
 from datacheck.formats._tensor_common import MappedFile, TensorFileError
 
-__all__ = ["CODECS", "MAX_UNINDEXED_BYTES", "materialize_shard", "shard_codec"]
+__all__ = [
+    "CODECS",
+    "MAX_UNINDEXED_BYTES",
+    "XXHASHES",
+    "Digests",
+    "materialize_shard",
+    "shard_codec",
+]
 
 CODECS = ("zstd", "gz", "bz2", "br", "snappy")
 """Streaming's compression families, by the file extension each adds."""
@@ -43,20 +51,61 @@ _ZSTD_PIECE = 1 << 10
 blocks), so no single step can allocate a bomb's worth of output before the cap is checked."""
 
 
-class _Digests:
-    """The hashes an index entry lists (hashlib's; xxh* are not checked), fed as bytes pass."""
+XXHASHES = ("xxh32", "xxh64", "xxh128", "xxh3_64", "xxh3_128")
+"""The ``xxhash`` package's algorithms, which streaming's ``hashes`` setting offers beside
+hashlib's (``streaming/base/hashing.py``: hashlib's named constructors, ``shake_*`` aside)."""
+
+
+def _hasher(algo: str) -> Any:
+    if algo in hashlib.algorithms_available and not algo.startswith("shake_"):
+        return hashlib.new(algo)
+    if algo in XXHASHES:
+        try:
+            import xxhash
+        except ModuleNotFoundError:
+            raise TensorFileError(
+                f"index.json lists a {algo} hash: checking it needs the xxhash package: "
+                "pip install 'datacheck-ml[media]'"
+            ) from None
+        return getattr(xxhash, algo)()
+    raise TensorFileError(
+        f"index.json lists a hash {_short(algo)} that datacheck does not know (it checks "
+        "hashlib's and xxhash's, as streaming writes them): the shard cannot be verified"
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Digests:
+    """The hashes an index entry's ``raw_data``/``zip_data`` lists, fed as the bytes pass.
+
+    Every listed hash is checked: one whose package is missing (``xxhash`` for ``xxh*``) or
+    that datacheck does not know makes the shard corrupt with the reason, never a silent pass
+    (as for a codec whose package is missing).
+
+    Raises:
+        TensorFileError: the listed hashes are not a mapping of names to hex digests, or one
+            cannot be computed here.
+    """
 
     def __init__(self, what: str, spec: Mapping[str, Any]) -> None:
         self.what = what
         hashes = spec.get("hashes") or {}
-        self.want = {
-            algo: value
-            for algo, value in hashes.items()
-            if algo in hashlib.algorithms_available and isinstance(value, str)
-        }
-        self.hashers = {algo: hashlib.new(algo) for algo in self.want}
+        if not isinstance(hashes, dict):
+            raise TensorFileError(f"index.json: the {what}'s hashes are {_short(hashes)}")
+        for algo, value in hashes.items():
+            if not isinstance(value, str):
+                raise TensorFileError(
+                    f"index.json: the {what}'s {_short(algo)} hash is {_short(value)}, not a "
+                    "hex digest"
+                )
+        self.want: dict[str, str] = {algo: value.lower() for algo, value in hashes.items()}
+        self.hashers = {algo: _hasher(algo) for algo in self.want}
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: bytes | memoryview | mmap.mmap) -> None:
         for h in self.hashers.values():
             h.update(data)
 
@@ -238,7 +287,7 @@ def materialize_shard(path: str, codec: str | None, entry: Mapping[str, Any] | N
     if isinstance(zip_spec.get("bytes"), int) and zip_spec["bytes"] != size:
         raise TensorFileError(f"index.json says {zip_spec['bytes']} bytes, the file holds {size}")
     limit, exact = _limit(raw_spec)
-    zipped, raw = _Digests("compressed shard", zip_spec), _Digests("decompressed shard", raw_spec)
+    zipped, raw = Digests("compressed shard", zip_spec), Digests("decompressed shard", raw_spec)
     if zipped.want:  # first, so a damaged file is named by its hash, not by a decoder error
         with _open(path) as fh:
             while data := fh.read(_READ):
