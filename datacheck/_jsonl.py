@@ -3,8 +3,8 @@
 Three files of ours have this format: the training guard's event log, the runtime quarantine
 (one file per rank) and the scan's resume journal.  One record is one JSON object on one line,
 UTF-8, ended by ``\\n``.  A writer appends each batch of records with one ``write`` and flushes
-it, so a crash (even SIGKILL) can only tear the *last* line.  Hence one rule for every reader
-and every writer:
+it (or holds whole lines in memory until a later flush, when the caller says so), so a crash
+(even SIGKILL) can only tear the *last* line.  Hence one rule for every reader and every writer:
 
 - **read**: the last non-blank line that does not parse is a torn record and is dropped;
   an unparseable line anywhere else is damage, not a crash, and raises :class:`InputError`
@@ -148,26 +148,36 @@ class JsonlWriter:
         self.path = Path(path)
         self._fresh = fresh
         self._fsync_every = 0.0 if fsync is True else (None if fsync is False else float(fsync))
-        self._default = default
         self._nan_as_text = nan_as_text
+        # one encoder for every record: json.dumps with options builds a new one per call
+        self._encode = json.JSONEncoder(
+            separators=(",", ":"), allow_nan=not nan_as_text, default=default
+        ).encode
         self._fh: IO[str] | None = None
         self._synced = -math.inf
+        self._held: list[str] = []
 
-    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Append ``records`` with one write, then flush."""
-        safe = self._nan_as_text
-        text = "".join(
-            json.dumps(
-                json_safe(r) if safe else dict(r),
-                separators=(",", ":"),
-                allow_nan=not safe,
-                default=self._default,
-            )
-            + "\n"
-            for r in records
-        )
-        if not text:
+    def write(self, records: Iterable[Mapping[str, Any]], *, flush: bool = True) -> None:
+        """Append ``records`` with one write, then flush.
+
+        ``flush=False`` holds their lines in memory instead, until a later write that flushes,
+        :meth:`flush` or :meth:`close`: a process killed meanwhile loses those lines (whole
+        lines: the file never holds half of one it did not tear itself).
+        """
+        if self._nan_as_text:
+            lines = [self._encode(json_safe(r)) + "\n" for r in records]
+        else:
+            lines = [self._encode(r if isinstance(r, dict) else dict(r)) + "\n" for r in records]
+        self._held.extend(lines)
+        if flush:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held lines with one write, flush, and fsync when it is time to."""
+        if not self._held:
             return
+        text = "".join(self._held)
+        self._held.clear()
         fh = self._open()
         fh.write(text)
         fh.flush()
@@ -186,7 +196,9 @@ class JsonlWriter:
         return self._fh
 
     def close(self) -> None:
-        """Flush (fsync when asked) and close; writing again reopens for append."""
+        """Write what is held, flush (fsync when asked) and close; writing again reopens for
+        append."""
+        self.flush()
         if self._fh is not None:
             if self._fsync_every is not None:
                 os.fsync(self._fh.fileno())

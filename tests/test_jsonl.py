@@ -38,6 +38,20 @@ def test_nan_literals_when_asked_read_back_as_floats(tmp_path):
     assert math.isnan(read_records(tmp_path / "j.jsonl")[0]["x"])
 
 
+def test_held_lines_are_written_whole_on_flush_or_close(tmp_path):
+    path = tmp_path / "h.jsonl"
+    w = JsonlWriter(path)
+    w.write([{"a": 1}])
+    w.write([{"a": 2}], flush=False)
+    w.write([{"a": 3}], flush=False)
+    assert read_records(path) == [{"a": 1}]  # a process killed now loses 2 and 3, whole
+    w.flush()
+    assert read_records(path) == [{"a": 1}, {"a": 2}, {"a": 3}]
+    w.write([{"a": 4}], flush=False)
+    w.close()
+    assert read_records(path)[-1] == {"a": 4}
+
+
 def test_fresh_truncates(tmp_path):
     path = _write(tmp_path / "f.jsonl", '{"old": 1}\n')
     w = JsonlWriter(path, fresh=True)

@@ -16,6 +16,7 @@ from _clusterkit import comparable, manifest
 import datacheck
 from datacheck import findings as fnd
 from datacheck.checks._registry import Severity
+from datacheck.engine import _journal
 from datacheck.engine._journal import JOURNAL, Journal
 from datacheck.engine._unit import UnitResult
 from datacheck.errors import UsageError
@@ -147,6 +148,35 @@ def test_resume_without_a_journal_is_a_full_scan(data: Path, tmp_path: Path) -> 
     counter = _counting()
     datacheck.scan(data, out=tmp_path / "o", executor="inprocess", resume=True, progress=counter)
     assert len(counter.seen) == len(comparable(tmp_path / "o")["files"])
+
+
+def _result(i: int, **kw) -> UnitResult:
+    return UnitResult(f"f{i}|1|0.0|0/1", f"f{i}", "image", 0, 1, **kw)
+
+
+def test_lines_are_written_in_batches_and_every_one_on_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quick units' lines are held (one write per unit cost the parent 33 us a unit); a
+    corrupt unit (it may have cost a crash or a time-out), a second of held work and close()
+    write them; every line written names a part that is on disk."""
+    monkeypatch.setattr(_journal, "_FLUSH_EVERY_S", 3600.0)  # a slow machine writes no sooner
+    journal = Journal(tmp_path, tmp_path / "parts", {"k": 1}, resume=False)
+    journal.record(_result(0, seconds=0.001))
+    journal.record(_result(1, seconds=0.001))
+    assert _units(tmp_path) == []  # held: a SIGKILL now means rescanning two quick units
+    bad = _result(2, corrupt="boom", counts={"corrupt": 1}, sites={"corrupt": {"error": 1}})
+    bad.table = findings_table([Finding("f2", "corrupt", Severity.ERROR, "boom")])
+    journal.record(bad)
+    lines = _units(tmp_path)
+    assert [u["key"].split("|")[0] for u in lines] == ["f0", "f1", "f2"]
+    assert (tmp_path / "parts" / lines[-1]["part_file"]).is_file()
+    journal.record(_result(3, seconds=0.6))
+    journal.record(_result(4, seconds=0.6))  # a second of worker time held: written
+    assert len(_units(tmp_path)) == 5
+    journal.record(_result(5, seconds=0.001))
+    journal.close()
+    assert len(_units(tmp_path)) == 6
 
 
 def test_findings_sent_back_in_a_result_are_spilled_to_a_part(tmp_path: Path) -> None:
