@@ -11,6 +11,12 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+BATCH_UNITS = 64
+"""Most small units sent to a worker as one job (one message each way): a JPEG is a millisecond
+to decode, a round trip to the parent a tenth of that."""
+BATCH_BYTES = 8 << 20
+"""Most data (the units' own sizes, per part) in one job: a bigger unit is a job of its own."""
+
 
 class Unit(Protocol):
     """The little an executor reads of a unit: its size, to plan and balance the work."""
@@ -40,4 +46,28 @@ def call_after_import(modules: Sequence[str], fn: UnitFn, unit: Any) -> Any:
     return fn(unit)
 
 
-__all__ = ["OnPoison", "Unit", "UnitFn", "call_after_import"]
+def batches(units: Sequence[Unit], workers: int) -> list[list[int]]:
+    """Consecutive units grouped into jobs: up to :data:`BATCH_UNITS` and :data:`BATCH_BYTES`
+    each, and at least four jobs per worker while units last (the end of the run balanced)."""
+    most = max(1, min(BATCH_UNITS, len(units) // max(4 * workers, 1)))
+    out: list[list[int]] = []
+    size = 0
+    for i, unit in enumerate(units):
+        weight = unit.size // max(unit.n_parts, 1)
+        if not out or len(out[-1]) >= most or size + weight > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += weight
+    return out
+
+
+__all__ = [
+    "BATCH_BYTES",
+    "BATCH_UNITS",
+    "OnPoison",
+    "Unit",
+    "UnitFn",
+    "batches",
+    "call_after_import",
+]

@@ -1,5 +1,10 @@
-"""What runs inside an isolated worker process: receive the unit function, then units; send
-back one result per unit, in order (the parent queues small units several deep).
+"""What runs inside an isolated worker process: receive the unit function, then jobs (a few
+small units, or one big one); send back one message per job, its results in order.
+
+Before each unit the worker writes, into memory it shares with the parent (``progress``), the
+job's number, the unit's place in it and the time it started: when the worker dies, hangs or
+outgrows its memory limit in the middle of a job, the parent knows which unit did it, and each
+unit's time limit counts from its own start.
 
 Only this side runs in the child; :mod:`~datacheck.execute._workers` is the parent's side.
 """
@@ -13,12 +18,17 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 __all__ = ["PARENT_CHECK_S", "context", "serve"]
+
+JOB, UNIT, STARTED = range(3)
+"""The slots of a worker's ``progress`` array: job number, unit's place in it, start time
+(``time.monotonic()``, the same clock in every process of the machine)."""
 
 PARENT_CHECK_S = 2.0
 """How often an idle worker checks that the process that started it is still there."""
@@ -43,8 +53,8 @@ def _enter(context: dict[str, Any]) -> None:
     sys.path[:] = context["path"]
 
 
-def serve(conn: Connection, preload: tuple[str, ...]) -> None:
-    """A worker's loop: receive the function once per run, then units; send back results."""
+def serve(conn: Connection, preload: tuple[str, ...], progress: Any) -> None:
+    """A worker's loop: receive the function once per run, then jobs; send back results."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has the parent's handler
     if not os.environ.get("PYTHONFAULTHANDLER"):  # a crash on a damaged file is a finding:
@@ -68,8 +78,15 @@ def serve(conn: Connection, preload: tuple[str, ...]) -> None:
             _import_all(msg[2])
             fn = pickle.loads(msg[1])
             continue
+        _, job, units = msg
+        results = []
         try:
-            reply: tuple[Any, ...] = ("ok", fn(msg[1]))
+            for i, unit in enumerate(units):
+                progress[STARTED] = time.monotonic()
+                progress[UNIT] = i
+                progress[JOB] = job
+                results.append(fn(unit))
+            reply: tuple[Any, ...] = ("ok", results)
         except Exception as exc:  # noqa: BLE001 - sent to the parent, which re-raises it
             reply = ("error", exc, traceback.format_exc())
         try:

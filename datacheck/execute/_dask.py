@@ -6,8 +6,9 @@ torn down when the scan ends, is interrupted, or fails.  Only :class:`~datacheck
 objects (paths, never data) travel to the workers; workers read the files themselves and send
 back small result objects.
 
-Small units travel in batches (one task runs up to :data:`BATCH_UNITS` of them, at most
-:data:`BATCH_BYTES` of data): a task costs the scheduler milliseconds, a JPEG one to decode.
+Small units travel in batches (one task runs up to :data:`~datacheck.execute._base.BATCH_UNITS`
+of them, at most :data:`~datacheck.execute._base.BATCH_BYTES` of data): a task costs the
+scheduler milliseconds, a JPEG one to decode.
 
 Faults: a task whose worker dies is redone elsewhere by the scheduler; a unit on which workers
 died more than ``allowed-failures`` times (a poison file that crashes the reader process) comes
@@ -35,19 +36,13 @@ import dask
 from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
 
 from datacheck.errors import UsageError
-from datacheck.execute._base import OnPoison
+from datacheck.execute._base import OnPoison, batches
 
 __all__ = ["run_distributed"]
 
 ALLOWED_FAILURES = 1
 """Worker deaths a unit may cause before it is declared poison (our local clusters only): one
 retry in a fresh worker, as on the local executors."""
-
-
-BATCH_UNITS = 64
-"""Most units one task runs."""
-BATCH_BYTES = 8 << 20
-"""Most data (the units' own sizes) one task reads: a bigger unit is a task of its own."""
 
 
 def dask_setup(worker: object) -> None:
@@ -169,16 +164,16 @@ def _results(
         _announce(c, echo)
         token = uuid.uuid4().hex[:8]
         n_workers = len(c.scheduler_info().get("workers", {})) or workers
-        batches = _batches(units, n_workers)
-        keys = [f"datacheck-units-{token}-{b[0]}-{len(b)}" for b in batches]
+        planned = batches(units, n_workers)
+        keys = [f"datacheck-units-{token}-{b[0]}-{len(b)}" for b in planned]
         futures: list[Future] = c.map(
             partial(run_batch, fn),
-            [[units[i] for i in b] for b in batches],
+            [[units[i] for i in b] for b in planned],
             key=keys,
             retries=retries,
             pure=False,
         )
-        batch_of = dict(zip(keys, batches, strict=True))
+        batch_of = dict(zip(keys, planned, strict=True))
         running = as_completed(futures, loop=c.loop)
         try:
             for fut in running:
@@ -200,22 +195,6 @@ def _results(
                 fut.release()
         finally:
             c.cancel([f for f in futures if not f.done()])
-
-
-def _batches(units: list[Any], workers: int) -> list[list[int]]:
-    """Consecutive units grouped into tasks: up to :data:`BATCH_UNITS` and
-    :data:`BATCH_BYTES` each, and at least four tasks per worker while units last."""
-    most = max(1, min(BATCH_UNITS, len(units) // max(4 * workers, 1)))
-    out: list[list[int]] = []
-    size = 0
-    for i, unit in enumerate(units):
-        weight = unit.size // max(unit.n_parts, 1)
-        if not out or len(out[-1]) >= most or size + weight > BATCH_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(i)
-        size += weight
-    return out
 
 
 def run_batch(fn: Callable[[Any], Any], units: list[Any]) -> list[Any]:

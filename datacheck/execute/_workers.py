@@ -1,20 +1,25 @@
 """Isolated worker processes: units run where a crashing reader cannot take the scan down.
 
-Each worker is a child process that runs one unit at a time, sent over a pipe.  Small units are
-queued a few deep behind the running one (:data:`QUEUE_UNITS`, :data:`QUEUE_BYTES`), so a
-worker never waits on the parent between them: a folder of JPEGs is thousands of units of a
-millisecond each.  The parent watches every busy worker's pipe and process sentinel, and a
-unit ends in one of four ways:
+Each worker is a child process that runs one job at a time, sent over a pipe: a few small
+units together (:func:`~datacheck.execute._base.batches`: a folder of JPEGs is thousands of
+units of a millisecond each, and a message each way per unit would cost the parent as much
+CPU as a worker), or one big unit.  Small jobs are queued behind the running one
+(:data:`QUEUE_JOBS`, :data:`QUEUE_BYTES`), so a worker never waits on the parent between them.
+Before each unit the worker notes in memory shared with the parent which unit it starts and
+when (:mod:`~datacheck.execute._child`), so every unit has its own time limit and any fault is
+pinned on the unit that caused it.  The parent watches every busy worker's pipe and process
+sentinel, and a unit ends in one of four ways:
 
-- a result comes back;
+- a result comes back (with the rest of its job);
 - the unit function raised (a datacheck bug, since reader errors are already findings): the
   exception is re-raised here, with the worker's traceback as its cause;
 - the worker process died (a segfault or abort in a native reader, the OOM killer): the unit is
-  run once more in a fresh process, and if that one dies too, the caller's ``on_poison`` builds
-  its result ("the reader crashed (SIGSEGV) on this file"); the units queued behind it had not
-  started and go back to the queue, blameless;
-- the unit ran past its time limit: the worker is killed and the unit is poison ("the reader
-  timed out after N s"), without a retry.
+  run once more, alone, in a fresh process, and if that one dies too, the caller's
+  ``on_poison`` builds its result ("the reader crashed (SIGSEGV) on this file"); the other
+  units of its job (those before it lost their results with the process) and the jobs queued
+  behind it run again, blameless;
+- the unit ran past its time limit or its memory limit: the worker is killed and the unit is
+  poison ("the reader timed out after N s"), without a retry; the others run again.
 
 Idle workers are kept for the next run in this process (a notebook, a test session, an API
 caller scanning folder after folder), so only the first scan pays for starting them.
@@ -35,11 +40,12 @@ import warnings
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import count
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from datacheck.execute._base import OnPoison, Unit, UnitFn
-from datacheck.execute._child import context, serve
+from datacheck.execute._base import OnPoison, Unit, UnitFn, batches
+from datacheck.execute._child import JOB, STARTED, UNIT, context, serve
 
 __all__ = ["RemoteTraceback", "memory_limit", "prestart", "run_isolated", "unit_time_limit"]
 
@@ -56,15 +62,17 @@ MEMORY_POLL_S = 0.2
 MIN_MEMORY = 2 << 30
 STARTUP_S = 120.0
 """Extra time a worker has to start and import before its unit's time limit counts."""
-QUEUE_UNITS = 8
-"""Units a worker may hold queued behind the one it runs, when they are small."""
-QUEUE_BYTES = 8 << 20
-"""Data (of the units' own sizes) a worker may hold queued: past this a unit is long enough
-that a round trip to the parent costs nothing, and queueing it would only unbalance the end of
-the scan (a worker idle while another still has a big unit waiting)."""
+QUEUE_JOBS = 2
+"""Jobs a worker may hold queued behind the one it runs, when they are small."""
+QUEUE_BYTES = 16 << 20
+"""Data (of the units' own sizes) a worker may hold, running and queued: past this a job is
+long enough that a round trip to the parent costs nothing, and queueing it would only
+unbalance the end of the run (a worker idle while another still has a big unit waiting)."""
 QUEUE_PICKLE = 32 << 10
-"""Pickled bytes of queued units a pipe may hold: far below the socket's buffer, so a send to a
-busy worker never blocks while that worker blocks sending its result back."""
+"""Pickled bytes of queued jobs a pipe may hold: far below the socket's buffer, so a send to a
+busy worker never blocks while that worker blocks sending its results back."""
+_JOBS = count(1)
+"""Job numbers, unique in this process: what a worker's progress names."""
 
 
 def unit_time_limit(unit: Unit, unit_timeout: float | None) -> float:
@@ -123,45 +131,49 @@ def _start_method() -> Any:
 
 @dataclass
 class _Job:
-    """A unit sent to a worker: its place in the run, its time limit, what it weighs."""
+    """Units sent to a worker as one message: their places in the run and time limits."""
 
-    index: int
-    unit: Any
-    limit: float
+    number: int
+    indices: list[int]
+    units: list[Any]
+    limits: list[float]
     size: int
-    """The unit's data per part (bytes): how long it may keep the worker busy."""
+    """The units' data per part (bytes): how long the job may keep the worker busy."""
     message: bytes
     """The pickled message: its length is what it holds of the pipe while queued."""
 
 
 class _Worker:
-    """One worker process, its pipe, and the units sent to it: the first is running, the
-    others are queued behind it (the worker reads the next as soon as it sends a result)."""
+    """One worker process, its pipe, and the jobs sent to it: the first is running, the
+    others are queued behind it (the worker reads the next as soon as it sends results)."""
 
     def __init__(self, preload: tuple[str, ...]) -> None:
         ctx = _start_method()
         parent, child = ctx.Pipe()
+        self.progress: Any = ctx.RawArray("d", 3)
+        """Job number, unit's place in it, start time: written by the worker before each unit."""
         self.proc = ctx.Process(
-            target=serve, args=(child, preload), daemon=True, name="datacheck-worker"
+            target=serve, args=(child, preload, self.progress), daemon=True, name="datacheck-worker"
         )
         with warnings.catch_warnings():  # Python >= 3.12 warns about fork beside any thread
             warnings.simplefilter("ignore", DeprecationWarning)
             self.proc.start()
         child.close()
         self.base_memory = 0
-        """Anonymous memory the worker held between units (a forked worker shares its
-        parent's pages): the memory limit counts what a unit adds."""
+        """Anonymous memory the worker held between jobs (a forked worker shares its
+        parent's pages): the memory limit counts what a job adds."""
         self.measured = {True: -math.inf, False: -math.inf}
         """When the base (True) and the memory in use (False) were last read: each at most
-        every :data:`MEMORY_POLL_S` (/proc is read once per poll, not once per unit)."""
+        every :data:`MEMORY_POLL_S` (/proc is read once per poll, not once per job)."""
         self.conn: Connection = parent
         self.fn_token = ""
         self.jobs: deque[_Job] = deque()
         self.deadline = math.inf
+        """When the running job's first unit must end, until the worker says it started."""
 
     @property
     def job(self) -> _Job:
-        """The unit running (the first sent and not finished)."""
+        """The job running (the first sent and not finished)."""
         return self.jobs[0]
 
     def assign(self, token: str, payload: bytes, modules: tuple[str, ...]) -> None:
@@ -171,12 +183,12 @@ class _Worker:
 
     def room_for(self, job: _Job) -> bool:
         """Whether ``job`` may go to this worker now: at once when it is idle; queued behind
-        small units only, within :data:`QUEUE_UNITS`, :data:`QUEUE_BYTES`, :data:`QUEUE_PICKLE`."""
+        small jobs only, within :data:`QUEUE_JOBS`, :data:`QUEUE_BYTES`, :data:`QUEUE_PICKLE`."""
         if not self.jobs:
             return True
         queued = list(self.jobs)[1:]
         return (
-            len(queued) < QUEUE_UNITS
+            len(queued) < QUEUE_JOBS
             and sum(j.size for j in self.jobs) + job.size <= QUEUE_BYTES
             and sum(len(j.message) for j in queued) + len(job.message) <= QUEUE_PICKLE
         )
@@ -184,20 +196,44 @@ class _Worker:
     def run(self, job: _Job) -> None:
         self.conn.send_bytes(job.message)
         if not self.jobs:  # it starts now, maybe in a worker still starting up
-            self.deadline = time.monotonic() + job.limit + STARTUP_S
+            self.deadline = time.monotonic() + job.limits[0] + STARTUP_S
             self._measure(base=True)
         self.jobs.append(job)
 
     def finished(self) -> _Job:
-        """The first unit's result came back: the next one, queued, starts now."""
+        """The first job's results came back: the next one, queued, starts now."""
         job = self.jobs.popleft()
-        self.deadline = time.monotonic() + self.job.limit if self.jobs else math.inf
+        self.deadline = time.monotonic() + self.job.limits[0] if self.jobs else math.inf
         if self.jobs:
             self._measure(base=True)
         return job
 
+    def running(self) -> tuple[int, float] | None:
+        """The running unit's place in the running job and its start time, once the worker
+        started that job (None before)."""
+        p = self.progress
+        now = (p[JOB], p[UNIT], p[STARTED])
+        while (again := (p[JOB], p[UNIT], p[STARTED])) != now:  # not torn by a write
+            now = again
+        job, unit, started = now
+        return (int(unit), started) if job == self.job.number else None
+
+    def ends(self) -> float:
+        """When the running unit runs out of time."""
+        running = self.running()
+        if running is None:
+            return self.deadline
+        unit, started = running
+        return started + self.job.limits[unit]
+
+    def culprit(self) -> int:
+        """The place in the running job of the unit that was running (the first, if none had
+        started): the one to blame when the worker dies or is killed."""
+        running = self.running()
+        return 0 if running is None else running[0]
+
     def over(self, memory: float) -> bool:
-        """Whether the running unit holds more than ``memory`` bytes beyond the base."""
+        """Whether the running job holds more than ``memory`` bytes beyond the base."""
         used = self._measure(base=False)
         return used is not None and used - self.base_memory > memory
 
@@ -311,36 +347,39 @@ def run_isolated(
         return
     main = _module_of(fn)
     modules = tuple(dict.fromkeys([*preload, *([main] if main != "__main__" else [])]))
-    todo: deque[int] = deque(range(len(units)))
-    crashes: Counter[int] = Counter()
     size = min(workers, len(units))
+    todo: deque[list[int]] = deque(batches(units, size))
+    crashes: Counter[int] = Counter()
     idle = _take(size, modules)
     busy: dict[Connection, _Worker] = {}
     memory = memory_limit(workers, unit_memory)
 
-    def job(i: int) -> _Job:
-        per_part = units[i].size // max(units[i].n_parts, 1)
-        message = pickle.dumps(("unit", units[i]), protocol=pickle.HIGHEST_PROTOCOL)
-        return _Job(i, units[i], unit_time_limit(units[i], unit_timeout), per_part, message)
+    def job(indices: list[int]) -> _Job:
+        some = [units[i] for i in indices]
+        number = next(_JOBS)
+        message = pickle.dumps(("units", number, some), protocol=pickle.HIGHEST_PROTOCOL)
+        limits = [unit_time_limit(u, unit_timeout) for u in some]
+        weight = sum(u.size // max(u.n_parts, 1) for u in some)
+        return _Job(number, indices, some, limits, weight, message)
 
+    nxt: _Job | None = None
     try:
-        while todo or busy:
-            while todo:
-                nxt = job(todo[0])
+        while todo or busy or nxt is not None:
+            while todo or nxt is not None:
+                if nxt is None:
+                    nxt = job(todo.popleft())
                 w = _next_worker(nxt, idle, busy, size, modules)
                 if w is None:
                     break
-                todo.popleft()
                 try:
                     w.assign(token, payload, modules)
                     w.run(nxt)
-                except OSError:  # it died: start another for this unit, or (busy) notice below
-                    todo.appendleft(nxt.index)
+                except OSError:  # it died: start another for this job, or (busy) notice below
                     if w.jobs:
                         break
                     w.kill()
                     continue
-                busy[w.conn] = w
+                busy[w.conn], nxt = w, None
             yield from _collect(busy, idle, todo, crashes, on_poison, memory)
     finally:
         for w in busy.values():  # an early close, Ctrl-C, SIGTERM: abandon the running units
@@ -368,15 +407,15 @@ def _next_worker(
 def _collect(
     busy: dict[Connection, _Worker],
     idle: list[_Worker],
-    todo: deque[int],
+    todo: deque[list[int]],
     crashes: Counter[int],
     on_poison: OnPoison,
     memory: float = math.inf,
 ) -> Iterator[Any]:
-    """Wait for the next busy workers to finish units, die, run out of time or of memory;
+    """Wait for the next busy workers to finish jobs, die, run out of time or of memory;
     yield what ends."""
     now = time.monotonic()
-    timeout = max(0.0, min(w.deadline for w in busy.values()) - now)
+    timeout = max(0.0, min(w.ends() for w in busy.values()) - now)
     if not math.isinf(memory):
         timeout = min(timeout, MEMORY_POLL_S)
     sentinels = {w.proc.sentinel: w for w in busy.values()}
@@ -385,8 +424,9 @@ def _collect(
         yield from _drain(w, busy, idle, todo, crashes, on_poison)
     now = time.monotonic()
     for w in list(busy.values()):
-        if w.deadline <= now:
-            yield _end(w, busy, todo, on_poison, f"the reader timed out after {w.job.limit:g} s")
+        if w.ends() <= now:
+            limit = w.job.limits[w.culprit()]
+            yield _end(w, busy, todo, on_poison, f"the reader timed out after {limit:g} s")
         elif not math.isinf(memory) and w.over(memory):
             mib = memory / (1 << 20)
             message = f"the reader needed more than {mib:,.0f} MiB on this file"
@@ -397,12 +437,12 @@ def _drain(
     w: _Worker,
     busy: dict[Connection, _Worker],
     idle: list[_Worker],
-    todo: deque[int],
+    todo: deque[list[int]],
     crashes: Counter[int],
     on_poison: OnPoison,
 ) -> Iterator[Any]:
-    """The results ``w`` sent back; then, if it died, its running unit is run once more in a
-    fresh process (or is poison the second time), and the units queued behind it run again."""
+    """The results ``w`` sent back; then, if it died, the unit it was running is run once more,
+    alone, in a fresh process (or is poison the second time), and the rest run again."""
     while w.jobs:
         msg = _receive(w)
         if msg is None:
@@ -410,39 +450,48 @@ def _drain(
                 return  # nothing more yet
             msg = _receive(w)  # what it sent just before dying
         if msg is None:
-            crashes[w.job.index] += 1
+            culprit = w.job.indices[w.culprit()]
+            crashes[culprit] += 1
             cause = w.cause_of_death()
-            if crashes[w.job.index] < 2:
-                _requeue(w, busy, todo, head=True)  # once more, in a fresh process
+            if crashes[culprit] < 2:
+                _requeue(w, busy, todo, retry=True)  # once more, in a fresh process
                 return
             yield _end(w, busy, todo, on_poison, f"the reader crashed ({cause}) on this file")
             return
         w.finished()
         if msg[0] == "error":
             _raise_remote(msg)
-        yield msg[1]
+        yield from msg[1]
     del busy[w.conn]
     idle.append(w)
 
 
-def _requeue(w: _Worker, busy: dict[Connection, _Worker], todo: deque[int], head: bool) -> None:
-    """Drop the ended worker ``w``; its queued units (that never started) run again."""
+def _requeue(
+    w: _Worker, busy: dict[Connection, _Worker], todo: deque[list[int]], retry: bool
+) -> None:
+    """Drop the ended worker ``w``; the unit it was running runs again alone first (``retry``)
+    or not at all (it is poison); the others of its jobs run again, in their jobs."""
+    culprit = w.culprit()
     del busy[w.conn]
     w.kill()
-    jobs = list(w.jobs) if head else list(w.jobs)[1:]
-    todo.extendleft(reversed([j.index for j in jobs]))
+    first, *queued = w.jobs
+    rest = [i for k, i in enumerate(first.indices) if k != culprit]
+    again = [*([[first.indices[culprit]]] if retry else []), *([rest] if rest else [])]
+    todo.extendleft(reversed([*again, *(j.indices for j in queued)]))
 
 
 def _end(
     w: _Worker,
     busy: dict[Connection, _Worker],
-    todo: deque[int],
+    todo: deque[list[int]],
     on_poison: OnPoison,
     message: str,
 ) -> Any:
-    """Kill ``w`` for its first unit, which is poison (``message``); the rest run again."""
-    _requeue(w, busy, todo, head=False)
-    return on_poison(w.job.unit, message)
+    """Kill ``w`` for the unit it was running, which is poison (``message``); the rest run
+    again."""
+    unit = w.job.units[w.culprit()]
+    _requeue(w, busy, todo, retry=False)
+    return on_poison(unit, message)
 
 
 def _receive(w: _Worker) -> tuple[Any, ...] | None:

@@ -120,7 +120,7 @@ def test_a_poison_file_batched_with_small_ones_is_the_only_one_lost(
     units run again one per task, and only the poison one is corrupt."""
     import _poison_format  # noqa: F401 - discovery must recognise *.poison here too
 
-    from datacheck.execute._dask import _batches
+    from datacheck.execute._base import batches
 
     data = tmp_path / "data"
     data.mkdir()
@@ -130,7 +130,7 @@ def test_a_poison_file_batched_with_small_ones_is_the_only_one_lost(
     report = datacheck.scan(data, out=tmp_path / "out", client=client)
     units = sorted(data.iterdir())
     sizes = [type("U", (), {"size": 1, "n_parts": 1})() for _ in units]
-    assert max(len(b) for b in _batches(sizes, 2)) > 1  # the poison file shared a task
+    assert max(len(b) for b in batches(sizes, 2)) > 1  # the poison file shared a task
     files = report.files.set_index("path")
     bad = str(data / "f10-bad.poison")
     assert "KilledWorker" in files.loc[bad, "error"]

@@ -14,6 +14,7 @@ import pytest
 import datacheck
 from datacheck.errors import UsageError
 from datacheck.execute import run_units
+from datacheck.execute._base import BATCH_BYTES, batches
 from datacheck.execute._workers import RemoteTraceback, memory_limit, unit_time_limit
 from datacheck.formats import WorkUnit
 
@@ -120,7 +121,7 @@ def test_workers_are_reused_by_the_next_run_and_none_is_this_process() -> None:
 
 
 def _dies_or_hangs(unit: int) -> int:
-    if unit == 5:
+    if unit in (5, 23):
         os.abort()  # a native crash, every time
     if unit == 11:
         import time
@@ -129,10 +130,13 @@ def _dies_or_hangs(unit: int) -> int:
     return unit * 10
 
 
-def test_units_queued_behind_a_crash_or_a_hang_run_again_unblamed() -> None:
-    """Small units are queued several deep per worker: when the running one crashes or hangs,
-    only it is poison; every unit queued behind it runs, each exactly once."""
+def test_only_the_unit_that_crashed_or_hung_is_poison_the_rest_of_its_job_runs_again() -> None:
+    """Small units go to workers several per job, and jobs queue behind the running one: when a
+    unit crashes or hangs, at the start of its job (5) or inside it (11, 23), only it is
+    poison; every other unit of its job, and of the jobs queued behind, runs exactly once."""
     units = [_U(i) for i in range(40)]
+    jobs = batches(units, 2)
+    assert (jobs[1][0], jobs[2][1], jobs[4][3]) == (5, 11, 23)
     got = list(
         run_units(
             partial(_call, _dies_or_hangs), units, "processes", 2, on_poison=_poison, unit_timeout=3
@@ -141,19 +145,50 @@ def test_units_queued_behind_a_crash_or_a_hang_run_again_unblamed() -> None:
     poison = sorted(g for g in got if isinstance(g, str))
     assert poison == [
         "poison 11: the reader timed out after 3 s",
+        "poison 23: the reader crashed (SIGABRT) on this file",
         "poison 5: the reader crashed (SIGABRT) on this file",
     ]
     assert sorted(g for g in got if isinstance(g, int)) == [
-        i * 10 for i in range(40) if i not in (5, 11)
+        i * 10 for i in range(40) if i not in (5, 11, 23)
     ]
 
 
-def test_small_units_are_queued_behind_the_running_one_big_ones_are_not() -> None:
-    from datacheck.execute._workers import QUEUE_BYTES, QUEUE_UNITS, _Job, _Worker
+def _slow(unit: int) -> int:
+    import time
+
+    time.sleep(0.15)
+    return unit
+
+
+def test_each_unit_of_a_job_has_its_own_time_limit() -> None:
+    """A job of four 0.15 s units takes 0.6 s: none of them is past a 0.4 s limit."""
+    units = [_U(i) for i in range(16)]
+    assert {len(b) for b in batches(units, 1)} == {4}
+    got = list(
+        run_units(partial(_call, _slow), units, "inprocess", 1, on_poison=_poison, unit_timeout=0.4)
+    )
+    assert sorted(got) == list(range(16))
+
+
+def test_small_units_are_batched_big_ones_go_alone_and_every_worker_gets_several_jobs() -> None:
+    small, big = _U(0), type("Big", (), {"size": BATCH_BYTES, "n_parts": 1})()
+    assert batches([small] * 1000, 2) == [list(range(i, i + 64)) for i in range(0, 960, 64)] + [
+        list(range(960, 1000))
+    ]
+    assert batches([small] * 10, 2) == [[i] for i in range(10)]  # >= 4 jobs a worker
+    assert batches([small] * 40 + [big] + [small] * 40, 1) == [
+        *[list(range(i, i + 20)) for i in (0, 20)],
+        [40],
+        *[list(range(i, i + 20)) for i in (41, 61)],
+    ]
+
+
+def test_small_jobs_are_queued_behind_the_running_one_big_ones_are_not() -> None:
+    from datacheck.execute._workers import QUEUE_BYTES, QUEUE_JOBS, _Job, _Worker
 
     w = _Worker(())
     try:
-        small = [_Job(i, None, 1.0, 1 << 10, b"x" * 100) for i in range(12)]
+        small = [_Job(i, [i], [None], [1.0], 1 << 10, b"x" * 100) for i in range(6)]
         assert w.room_for(small[0])
         w.jobs.append(small[0])
         queued = 0
@@ -162,9 +197,9 @@ def test_small_units_are_queued_behind_the_running_one_big_ones_are_not() -> Non
                 break
             w.jobs.append(job)
             queued += 1
-        assert queued == QUEUE_UNITS  # behind the running one
+        assert queued == QUEUE_JOBS  # behind the running one
         w.jobs.clear()
-        w.jobs.append(_Job(0, None, 1.0, QUEUE_BYTES, b"x"))
-        assert not w.room_for(small[1])  # behind a big unit nothing waits
+        w.jobs.append(_Job(0, [0], [None], [1.0], QUEUE_BYTES, b"x"))
+        assert not w.room_for(small[1])  # behind a big job nothing waits
     finally:
         w.kill()
