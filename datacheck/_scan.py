@@ -276,7 +276,8 @@ def scan(
     compiled = load_schema(schema)
     # messages name the inputs as typed; then absolute paths
     found, skipped, reasons = discover_files(inputs, config.follow_symlinks)
-    files = [(_local(f), _local(root)) for f, root in found]
+    local_roots = {root: _local(root) for root in {root for _, root in found}}  # a few, many files
+    files = [(_local(f), local_roots[root]) for f, root in found]
     ignored = [_local(f) for f in skipped]
     ignored_why = {_local(f): why for f, why in reasons.items()}
     inputs = [_local(p) for p in inputs]

@@ -36,11 +36,13 @@ def _known_formats() -> str:
     return ", ".join(sorted(n for n in formats() if n != "unknown"))
 
 
-def _head(path: str) -> bytes:
-    """The bytes :func:`detect` needs beyond the name: none when the extension tells (listing
+def _detect(path: str) -> Format | None:
+    """:func:`detect`, reading the file's first bytes only when its name does not tell (listing
     1,000 shards is no 1,000 GETs, nor 20,000 opens of a folder of JPEGs)."""
-    if detect(path, b"") is not None:
-        return b""
+    return detect(path, b"") or detect(path, _head(path))
+
+
+def _head(path: str) -> bytes:
     if _storage.is_url(path):
         return _storage.read_head(path)
     try:
@@ -81,11 +83,10 @@ def _compressed_copies(files: dict[str, str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _is_data(path: str) -> bool:
-    name = os.path.basename(path)
-    if _skip_file(name) or _dataset_metadata(path):
+def _is_data(path: str, name: str | None = None) -> bool:
+    if _skip_file(os.path.basename(path) if name is None else name) or _dataset_metadata(path):
         return False
-    return detect(path, _head(path)) is not None
+    return _detect(path) is not None
 
 
 def _not_regular(mode: int) -> str | None:
@@ -122,11 +123,27 @@ class _Rules:
     def refuse(self, path: str, named: bool = False) -> str | None:
         """Why ``path`` must not be opened (and is listed as ignored), or None."""
         try:
-            link = stat.S_ISLNK(os.lstat(path).st_mode)
-            mode = os.stat(path).st_mode
+            st = os.lstat(path)
+            link = stat.S_ISLNK(st.st_mode)
+            mode = os.stat(path).st_mode if link else st.st_mode
         except OSError:  # dangling, or gone since listing: its unit reports it corrupt
             return None
         if link and not named and not self.follow and not self._inside(path):
+            return self.OUTSIDE
+        return _not_regular(mode)
+
+    def refuse_entry(self, entry: os.DirEntry[str]) -> str | None:
+        """:meth:`refuse` for a file found in a folder listing: a regular file costs no system
+        call (the listing says what it is), a symlink one."""
+        try:
+            if entry.is_file(follow_symlinks=False):
+                return None
+            if not entry.is_symlink():
+                return _not_regular(entry.stat(follow_symlinks=False).st_mode)
+            mode = entry.stat().st_mode
+        except OSError:  # dangling, or gone since listing: its unit reports it corrupt
+            return None
+        if not self.follow and not self._inside(entry.path):
             return self.OUTSIDE
         return _not_regular(mode)
 
@@ -136,27 +153,46 @@ class _Rules:
 
 
 def _walk(root: Path, rules: _Rules) -> tuple[list[str], list[str]]:
-    """Data files under a local directory, and the files skipped (not data, or refused)."""
+    """Data files under a local directory, and the files skipped (not data, or refused).
+
+    Folders are walked top-down in name order, as ``os.walk`` does (a folder that cannot be
+    listed is skipped), reading each listing's entries once: what they are comes with them.
+    """
     files: list[str] = []
     ignored: list[str] = []
     visited: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=rules.follow):
-        visited.add(os.path.realpath(dirpath))
-        keep = []
-        for d in sorted(d for d in dirnames if not _skip_dir(d)):
-            full = os.path.join(dirpath, d)
-            if os.path.islink(full) and not rules.follow:
-                rules.ignore(full, rules.LINKED_DIR, ignored)
-            elif os.path.realpath(full) not in visited:  # a link cycle ends here
-                keep.append(d)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            if (why := rules.refuse(full)) is not None:
-                rules.ignore(full, why, ignored)
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue
+        visited.add(os.path.realpath(top))
+        subdirs = []
+        for entry in entries:
+            if _is_dir(entry):
+                if _skip_dir(entry.name):
+                    continue
+                if entry.is_symlink() and not rules.follow:
+                    rules.ignore(entry.path, rules.LINKED_DIR, ignored)
+                elif os.path.realpath(entry.path) not in visited:  # a link cycle ends here
+                    subdirs.append(entry.path)
+            elif (why := rules.refuse_entry(entry)) is not None:
+                rules.ignore(entry.path, why, ignored)
             else:
-                (files if _is_data(full) else ignored).append(full)
+                (files if _is_data(entry.path, entry.name) else ignored).append(entry.path)
+        stack.extend(reversed(subdirs))
     return files, ignored
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """A folder, or a symlink to one (as ``os.walk`` sorts entries)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _walk_url(url: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -251,6 +287,8 @@ def discover_files(
 
 
 def _partition_keys(path: str, root: str) -> tuple[str, ...]:
+    if "=" not in path:  # no hive folder (the relative path is made of the path's names)
+        return ()
     rel = os.path.relpath(path, root)
     return tuple(seg.split("=", 1)[0] for seg in Path(rel).parts[:-1] if "=" in seg)
 
@@ -271,7 +309,7 @@ def plan_units(files: list[tuple[str, str]], unit_bytes: int = 512 << 20) -> lis
     units: list[WorkUnit] = []
     for path, root in files:
         size, mtime, etag = _stat(path)
-        fmt = detect(path, _head(path)) or UnknownFormat()
+        fmt = _detect(path) or UnknownFormat()
         pieces = fmt.plan(path, size, unit_bytes)
         keys = _partition_keys(path, root)
         for i, extra in enumerate(pieces):
