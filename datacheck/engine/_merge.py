@@ -26,6 +26,9 @@ def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
         by_path[r.path].append(r)
     entries = []
     for path in sorted(by_path):
+        if len(by_path[path]) == 1:  # a whole file: nothing to add up
+            entries.append(_whole_file_entry(by_path[path][0]))
+            continue
         parts = sorted(by_path[path], key=lambda r: r.part)
         counts: Counter[str] = Counter()
         sites: dict[str, Counter[str]] = defaultdict(Counter)
@@ -54,6 +57,21 @@ def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
     return entries
 
 
+def _whole_file_entry(r: UnitResult) -> dict[str, Any]:
+    """:func:`file_entries`'s entry for a file read as one unit (what the sums give for one)."""
+    return {
+        "path": r.path,
+        "format": r.format,
+        "status": "corrupt" if r.corrupt else ("flagged" if r.counts else "ok"),
+        "rows": r.rows,
+        "bytes": r.bytes,
+        "counts": dict(sorted(r.counts.items())),
+        "sites": {k: dict(v) for k, v in sorted(r.sites.items())},
+        "columns": r.columns,
+        "error": r.corrupt if r.corrupt else None,
+    }
+
+
 def media_folders(entries: list[dict[str, Any]], results: list[UnitResult]) -> list[dict[str, Any]]:
     """Per folder of images / audio files: files by status, bytes and decode throughput.
 
@@ -69,11 +87,18 @@ def media_folders(entries: list[dict[str, Any]], results: list[UnitResult]) -> l
         if e["format"] not in MEDIA_FORMATS:
             continue
         folder = e["path"].replace("\\", "/").rsplit("/", 1)[0]
-        d = folders.setdefault(
-            (folder, e["format"]),
-            {"folder": folder, "format": e["format"], "files": 0, "ok": 0, "flagged": 0}
-            | {"corrupt": 0, "bytes": 0, "decode_seconds": 0.0},
-        )
+        d = folders.get((folder, e["format"]))
+        if d is None:
+            d = folders[folder, e["format"]] = {
+                "folder": folder,
+                "format": e["format"],
+                "files": 0,
+                "ok": 0,
+                "flagged": 0,
+                "corrupt": 0,
+                "bytes": 0,
+                "decode_seconds": 0.0,
+            }
         d["files"] += 1
         d[e["status"]] += 1
         d["bytes"] += e["bytes"]
