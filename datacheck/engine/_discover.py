@@ -64,10 +64,12 @@ def _skip_file(name: str) -> bool:
 def _dataset_metadata(path: str) -> bool:
     """A dataset folder's own metadata (HF ``state.json``, MDS ``index.json``), local or on an
     object store: its data files' reader uses it; it is not data itself."""
+    if not path.endswith(".json"):  # before the imports: this runs for every file listed
+        return False
     from datacheck.formats._hf import is_hf_metadata
     from datacheck.formats._mds import is_mds_index
 
-    return path.endswith(".json") and (is_mds_index(path) or is_hf_metadata(path))
+    return is_mds_index(path) or is_hf_metadata(path)
 
 
 def _compressed_copies(files: dict[str, str]) -> list[tuple[str, str]]:
