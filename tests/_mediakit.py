@@ -89,6 +89,52 @@ def mds_shard_bytes(n: int = 20, side: int = 16) -> bytes:
     return np.uint32(n).tobytes() + offsets.tobytes() + b"".join(samples)
 
 
+_NDARRAY_CODES = {"uint8": 8, "int8": 9, "uint16": 16, "int16": 17, "float16": 18}
+_NDARRAY_CODES |= {"uint32": 32, "int32": 33, "float32": 34, "uint64": 64, "int64": 65}
+_NDARRAY_CODES |= {"float64": 66}
+
+
+def mds_value(enc: str, obj: Any) -> bytes:
+    """What streaming's ``mds_encode(enc, obj)`` writes, for the encodings the tests use."""
+    name, _, config = enc.partition(":")
+    if name in ("str", "str_int", "str_float", "str_decimal"):
+        return str(obj).encode()
+    if name == "json":
+        return json.dumps(obj).encode()
+    if name == "pkl":
+        import pickle
+
+        return pickle.dumps(obj)
+    if name == "pil":
+        mode = obj.mode.encode()
+        head = np.array([obj.size[0], obj.size[1], len(mode)], np.uint32).tobytes()
+        return head + mode + obj.tobytes()
+    if name == "ndarray":  # [dtype code] [ndim << 2 | shape width] [shape], when not fixed
+        args = config.split(":") if config else []
+        arr = np.asarray(obj)
+        out = b"" if args else bytes([_NDARRAY_CODES[arr.dtype.name]])
+        if len(args) < 2:
+            width = next(k for k in range(4) if max(arr.shape) < 1 << (8 << k))
+            out += bytes([arr.ndim << 2 | width])
+            out += np.array(arr.shape, f"<u{1 << width}").tobytes()
+        return out + arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+    if name == "bytes":
+        return bytes(obj)
+    return np.array(obj, "<i8" if name == "int" else name).tobytes()
+
+
+def mds_shard(columns: list[tuple[str, str, int | None]], rows: list[list[bytes]]) -> bytes:
+    """A shard of encoded ``rows`` (a value per column; ``columns``: name, encoding, fixed
+    size or None), laid out as MDSWriter writes it."""
+    samples = []
+    for values in rows:
+        sizes = [len(v) for (_, _, size), v in zip(columns, values, strict=True) if size is None]
+        samples.append(np.array(sizes, np.uint32).tobytes() + b"".join(values))
+    offsets = np.array([0, *map(len, samples)]).cumsum().astype(np.uint32)
+    offsets += 4 + 4 * (len(rows) + 1)
+    return np.uint32(len(rows)).tobytes() + offsets.tobytes() + b"".join(samples)
+
+
 def _file_info(basename: str, data: bytes, hashes: list[str]) -> dict[str, Any]:
     """Streaming's ``Writer._hash``: basename, bytes and the listed hashes of a file."""
     return {
@@ -113,12 +159,16 @@ def write_mds(
     compression: str | None = None,
     hashes: tuple[str, ...] = ("sha1",),
     data: bytes | None = None,
+    columns: list[tuple[str, str, int | None]] | None = None,
 ) -> Path:
     """One shard + index.json laid out as streaming's MDSWriter writes them.
 
     With ``compression`` (``"zstd:7"``, ``"gz"``, ...) only ``shard.00000.mds.<codec>`` is
     written and the entry carries ``zip_data`` beside ``raw_data``, as ``JointWriter`` does.
+    ``columns`` (name, encoding, fixed size or None) describe ``data`` (see :func:`mds_shard`);
+    by default it is :func:`mds_shard_bytes`'s image, label and score.
     """
+    columns = columns or [("image", "jpeg", None), ("label", "int", 8), ("score", "float32", 4)]
     folder.mkdir(parents=True)
     raw = mds_shard_bytes(n) if data is None else data
     raw_info = _file_info("shard.00000.mds", raw, list(hashes))
@@ -131,9 +181,9 @@ def write_mds(
         zip_info = _file_info(name, written, list(hashes))
     (folder / name).write_bytes(written)
     shard = {
-        "column_encodings": ["jpeg", "int", "float32"],
-        "column_names": ["image", "label", "score"],  # MDSWriter sorts column names
-        "column_sizes": [None, 8, 4],
+        "column_encodings": [enc for _, enc, _ in columns],
+        "column_names": [name for name, _, _ in columns],  # MDSWriter sorts column names
+        "column_sizes": [size for _, _, size in columns],
         "compression": compression,
         "format": "mds",
         "hashes": list(hashes),

@@ -6,10 +6,10 @@ sample starts with a ``uint32`` size per variable-size column, then the columns 
 the index names them.  Checked: the index's byte count and hashes of the shard (where
 present, every one listed: hashlib's ``sha1``, ``md5``, ... and xxhash's ``xxh64``, ...), the
 sample count, offsets that rise and end at the end of the file, and every sample's column sizes
-(any of these wrong -> ``corrupt``).  Decoded:
-float scalars and fixed-shape ``ndarray:<dtype>:<shape>`` columns (NaN/Inf at the sample's
-row), ``jpeg``/``png`` columns (fully decoded; one that does not decode is ``corrupt`` at the
-sample's row).  ``pkl`` columns are never unpickled.  Compressed shards (``.mds.zstd``,
+(any of these wrong -> ``corrupt``).  Every column value is then read as streaming would
+decode it (:mod:`._mds_values`): one that would not decode is ``corrupt`` at the sample's row,
+float values are checked for NaN/Inf, images fully decoded; ``pkl`` values are parsed, never
+unpickled.  Compressed shards (``.mds.zstd``,
 ``.mds.gz``, ...) and shards on object stores are first copied (decompressed) into a temporary
 file, bounded and hash-checked (:mod:`._mds_zip`).
 """
@@ -26,7 +26,7 @@ import numpy as np
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
-from datacheck.formats._image import DecodeError, check_image
+from datacheck.formats._mds_values import value_check
 from datacheck.formats._mds_zip import CODECS, Digests, materialize_shard, shard_codec
 from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
@@ -35,13 +35,6 @@ __all__ = ["MdsFormat", "is_mds_index", "is_shard_name", "mds_index_entry"]
 
 MAX_INDEX_BYTES = 64 << 20
 SAMPLES_PER_CHUNK = 1024
-_SCALARS = {
-    "int": "<i8",
-    **{n: np.dtype(n).newbyteorder("<").str for n in ("int8", "int16", "int32", "int64")},
-    **{n: np.dtype(n).newbyteorder("<").str for n in ("uint8", "uint16", "uint32", "uint64")},
-    **{n: np.dtype(n).newbyteorder("<").str for n in ("float16", "float32", "float64")},
-}
-_IMAGES = ("jpeg", "png")
 _EXTENSIONS = (".mds", *(f".mds.{codec}" for codec in CODECS))
 
 
@@ -164,32 +157,15 @@ class _Columns:
         return out
 
 
-def _value_findings(
-    path: str, row: int, name: str, enc: str, data: bytes, rules: ImageRules
-) -> list[Finding]:
-    if enc in _IMAGES:
-        try:
-            problems = check_image(data, rules)
-        except DecodeError as exc:
-            return [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
-        return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
-    dtype = _SCALARS.get(enc)
-    if dtype is None and enc.startswith("ndarray:") and enc.count(":") == 2:
-        dtype = np.dtype(enc.split(":")[1]).newbyteorder("<").str
-    if dtype is None or dtype[1] != "f" or len(data) % np.dtype(dtype).itemsize:
-        return []
-    arr = np.frombuffer(data, dtype)
-    out = []
-    for check, bad in (("nan", np.isnan(arr)), ("inf", np.isinf(arr))):
-        if n := int(bad.sum()):
-            out.append(Finding(path, check, Severity.ERROR, str(arr[bad][0]), name, row, n))
-    return out
-
-
 def _samples(
     mf: MappedFile, offsets: np.ndarray, cols: _Columns | None, path: str, rules: ImageRules
 ) -> Iterator[SampleChunk]:
     n = len(offsets) - 1
+    checks = (
+        [(i, c) for i, e in enumerate(cols.encodings) if (c := value_check(e, rules))]
+        if cols
+        else []
+    )
     for lo in range(0, max(n, 1), SAMPLES_PER_CHUNK):
         hi = min(n, lo + SAMPLES_PER_CHUNK)
         found: list[Finding] = []
@@ -203,8 +179,8 @@ def _samples(
             except ValueError as exc:
                 found.append(Finding(path, "corrupt", Severity.ERROR, str(exc), None, row))
                 continue
-            for name, enc, data in zip(cols.names, cols.encodings, values, strict=True):
-                found += _value_findings(path, row, name, enc, data, rules)
+            for i, check in checks:
+                found += check(path, row, cols.names[i], values[i])
         yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from _mediakit import write_mds
+from _mediakit import compress, mds_shard, mds_value, write_mds
 
 import datacheck
 from datacheck.formats import WorkUnit, get_format
@@ -112,3 +115,212 @@ def test_hashes_that_cannot_be_checked_are_corrupt(
     edit_raw_hashes(folder, hashes)
     entry = only_file(folder)
     assert entry["status"] == "corrupt" and reason in entry["error"], entry
+
+
+# --- a flipped byte without hashes: every value read as streaming decodes it ---------------
+
+COLUMNS: list[tuple[str, str, int | None]] = [  # name, encoding, fixed size (None: variable)
+    ("blob", "bytes", None),
+    ("dec", "str_decimal", None),
+    ("f", "str_float", None),
+    ("i", "str_int", None),
+    ("js", "json", None),
+    ("n", "int", 8),
+    ("nd", "ndarray", None),
+    ("ndf", "ndarray:float32", None),
+    ("ndfix", "ndarray:float32:2,3", 24),
+    ("pic", "pil", None),
+    ("pk", "pkl", None),
+    ("text", "str", None),
+]
+ROWS = 8
+
+
+def every_encoding_shard() -> bytes:
+    """A shard with a column of each MDS encoding; row 3's ``str_float`` is NaN."""
+    from PIL import Image
+
+    rows = []
+    for i in range(ROWS):
+        obj = {
+            "blob": bytes(range(i, i + 10)),
+            "dec": Decimal("1.25"),
+            "f": float("nan") if i == 3 else 0.5,
+            "i": 12345,
+            "js": {"a": [1, 2], "i": i},
+            "n": i,
+            "nd": np.arange(6, dtype=np.int16).reshape(2, 3),
+            "ndf": np.ones(4, np.float32),
+            "ndfix": np.ones((2, 3), np.float32),
+            "pic": Image.new("L", (4, 3), i),
+            "pk": {"k": [i, "v"]},
+            "text": f"héllo wörld {i}",
+        }
+        rows.append([mds_value(enc, obj[name]) for name, enc, _ in COLUMNS])
+    return mds_shard(COLUMNS, rows)
+
+
+def value_span(raw: bytes, row: int, column: str) -> tuple[int, int]:
+    """Where one column value of one sample lies in the shard."""
+    offsets = np.frombuffer(raw, "<u4", ROWS + 1, 4)
+    start = int(offsets[row])
+    n_var = sum(size is None for _, _, size in COLUMNS)
+    var = iter(np.frombuffer(raw, "<u4", n_var, start).tolist())
+    pos = start + 4 * n_var
+    for name, _, size in COLUMNS:
+        n = next(var) if size is None else size
+        if name == column:
+            return pos, pos + n
+        pos += n
+    raise KeyError(column)
+
+
+def scan_sites(folder: Path) -> tuple[dict[str, Any], set[tuple[int, str, str]]]:
+    report = datacheck.scan(str(folder), executor="inprocess", workers=1)
+    (entry,) = report.data["files"]
+    f = report.findings
+    return entry, {(int(r.row), r.column, r.check) for r in f[f["row"].notna()].itertuples()}
+
+
+PLANTED = (3, "f", "nan")
+
+
+def test_every_encoding_of_a_clean_shard_reads(tmp_path: Path) -> None:
+    folder = write_mds(
+        tmp_path / "m", n=ROWS, hashes=(), data=every_encoding_shard(), columns=COLUMNS
+    )
+    entry, sites = scan_sites(folder)
+    assert entry["columns"] == {name: enc for name, enc, _ in COLUMNS}
+    assert sites == {PLANTED}, sites
+
+
+@pytest.mark.parametrize(
+    "column, at, bit, check",
+    [
+        ("text", 2, 0x80, "corrupt"),  # the second byte of 'é': no longer UTF-8
+        ("i", 2, 0x40, "corrupt"),  # '12345' -> '12s45'
+        ("f", 1, 0x40, "corrupt"),  # '0.5' -> '0n5'
+        ("dec", 1, 0x40, "corrupt"),  # '1.25' -> '1n25'
+        ("js", 0, 0x01, "corrupt"),  # '{' -> 'z'
+        ("nd", 0, 0x40, "corrupt"),  # the dtype code: 17 (int16) -> 81, no dtype
+        ("ndf", 0, 0x08, "corrupt"),  # ndim 1 -> 3: the shape header runs into the values
+        ("ndfix", 3, 0x40, "inf"),  # 1.0f (0x3f800000) -> 0x7f800000: +Inf
+        ("pic", 0, 0x10, "corrupt"),  # width 4 -> 20: more pixels than the raw bytes
+        ("pic", 12, 0x02, "corrupt"),  # mode 'L' -> 'N': not a mode
+        ("pk", -1, 0x01, "corrupt"),  # STOP '.' -> '/': the pickle never ends
+    ],
+)
+def test_flipped_byte_found_in_the_value_it_lands_in(
+    column: str, at: int, bit: int, check: str, tmp_path: Path
+) -> None:
+    raw = bytearray(every_encoding_shard())
+    start, end = value_span(bytes(raw), 5, column)
+    raw[(start if at >= 0 else end) + at] ^= bit
+    folder = write_mds(tmp_path / "m", n=ROWS, hashes=(), data=bytes(raw), columns=COLUMNS)
+    entry, sites = scan_sites(folder)
+    assert entry["status"] == "flagged", entry
+    assert sites == {PLANTED, (5, column, check)}, sites
+
+
+@pytest.mark.parametrize("column, at", [("n", 0), ("blob", 3), ("text", 0), ("pic", 20)])
+def test_flipped_byte_that_still_decodes_is_not_detectable(
+    column: str, at: int, tmp_path: Path
+) -> None:
+    """An int, raw bytes, 'h' -> 'i' in a string, a pixel: streaming reads another value
+    without error, and without an index hash nothing can tell (the README says so)."""
+    raw = bytearray(every_encoding_shard())
+    raw[value_span(bytes(raw), 5, column)[0] + at] ^= 0x01
+    folder = write_mds(tmp_path / "m", n=ROWS, hashes=(), data=bytes(raw), columns=COLUMNS)
+    assert scan_sites(folder)[1] == {PLANTED}
+
+
+def decompress(codec: str, data: bytes) -> bytes | None:
+    """The codec's own whole-buffer decoder (None: it refuses the stream)."""
+    import brotli
+    import cramjam
+    import zstandard
+
+    try:
+        if codec == "zstd":
+            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
+        if codec == "br":
+            return bytes(brotli.decompress(data))
+        return bytes(cramjam.snappy.decompress_raw(data))
+    except (zstandard.ZstdError, brotli.error, cramjam.DecompressionError):
+        return None
+
+
+def first_flip(codec: str, raw: bytes, lands: Callable[[bytes | None], bool]) -> bytes:
+    """The compressed shard with the first single-bit flip whose decoded bytes ``lands``."""
+    data = compress(codec, raw)
+    for pos in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[pos] ^= 1 << bit
+            if lands(decompress(codec, bytes(damaged))):
+                return bytes(damaged)
+    raise AssertionError(f"no single-bit flip of the {codec} stream lands there")
+
+
+def write_compressed(folder: Path, codec: str, raw: bytes, data: bytes) -> Path:
+    """A shard compressed without a checksum and an index without hashes, as MDSWriter
+    writes by default; ``data``: the (damaged) compressed bytes."""
+    write_mds(folder, n=ROWS, compression=codec, hashes=(), data=raw, columns=COLUMNS)
+    (folder / f"shard.00000.mds.{codec}").write_bytes(data)
+    index = json.loads((folder / "index.json").read_text())
+    index["shards"][0]["zip_data"]["bytes"] = len(data)
+    (folder / "index.json").write_text(json.dumps(index))
+    return folder
+
+
+@pytest.mark.parametrize("codec", ["zstd", "br", "snappy"])
+def test_compressed_flip_that_breaks_the_stream(codec: str, tmp_path: Path) -> None:
+    raw = every_encoding_shard()
+    data = first_flip(codec, raw, lambda out: out is None)
+    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
+    assert entry["status"] == "corrupt" and not sites
+    assert entry["error"].startswith(f"TensorFileError: {codec}"), entry["error"]
+
+
+@pytest.mark.parametrize("codec", ["zstd", "br", "snappy"])
+def test_compressed_flip_into_the_offset_table(codec: str, tmp_path: Path) -> None:
+    raw = every_encoding_shard()
+    table = 4 + 4 * (ROWS + 1)
+
+    def lands(out: bytes | None) -> bool:
+        return out is not None and len(out) == len(raw) and out[:table] != raw[:table]
+
+    data = first_flip(codec, raw, lands)
+    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
+    assert entry["status"] == "corrupt" and not sites
+    assert (
+        "sample" in entry["error"]
+        and "index.json" in entry["error"]
+        or ("offset table is damaged" in entry["error"])
+    ), entry["error"]
+
+
+@pytest.mark.parametrize("codec", ["zstd", "br", "snappy"])
+def test_compressed_flip_into_one_string(codec: str, tmp_path: Path) -> None:
+    """The stream decodes, to the right size, with one sample's string no longer UTF-8:
+    found at that sample's row and column."""
+    raw = every_encoding_shard()
+    start, end = value_span(raw, 5, "text")
+
+    def lands(out: bytes | None) -> bool:
+        if (
+            out is None
+            or len(out) != len(raw)
+            or out[:start] + out[end:] != raw[:start] + raw[end:]
+        ):
+            return False
+        try:
+            out[start:end].decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
+    data = first_flip(codec, raw, lands)
+    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
+    assert entry["status"] == "flagged", entry
+    assert sites == {PLANTED, (5, "text", "corrupt")}, sites

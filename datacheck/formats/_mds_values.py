@@ -1,0 +1,239 @@
+"""The values of an MDS sample, checked as streaming's ``mds_decode`` would read them.
+
+A damaged byte that the shard's framing does not catch (no index hashes; a codec without a
+checksum) lands in one column value.  Every value that streaming would fail to decode is
+``corrupt`` at the sample's row (column: the column's name), with the reason:
+
+* scalars (``int``, ``int8`` ... ``uint64``, ``float16/32/64``) of the wrong byte count;
+* ``str`` not UTF-8; ``str_int``/``str_float``/``str_decimal`` not a number; ``json`` not JSON;
+* ``ndarray`` (any of its four layouts) whose dtype byte, shape header or value bytes do not
+  add up; ``pil`` whose mode is not one or whose raw pixels are fewer than its size needs;
+* ``jpeg``/``png`` that do not fully decode (:func:`._image.check_image`, with the image rules);
+* ``pkl`` whose opcodes do not parse (:func:`pickletools.dis`: read, never executed).
+
+Float values (scalars, ``str_float``, ``str_decimal``, float ndarrays) are checked for NaN/Inf.
+``bytes`` and encodings datacheck does not know are taken as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pickletools
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import numpy as np
+
+from datacheck.checks._registry import Severity
+from datacheck.findings import Finding
+from datacheck.formats._image import DecodeError, check_image
+from datacheck.schema._media import ImageRules
+
+__all__ = ["Check", "value_check"]
+
+Check = Callable[[str, int, str, bytes], list[Finding]]
+"""``(path, row, column, value bytes) -> findings`` for one column's values."""
+
+SCALARS = {
+    "int": "<i8",
+    **{n: np.dtype(n).newbyteorder("<").str for n in ("int8", "int16", "int32", "int64")},
+    **{n: np.dtype(n).newbyteorder("<").str for n in ("uint8", "uint16", "uint32", "uint64")},
+    **{n: np.dtype(n).newbyteorder("<").str for n in ("float16", "float32", "float64")},
+}
+_VALUE_DTYPES = {8: "u1", 9: "i1", 16: "<u2", 17: "<i2", 18: "<f2", 32: "<u4", 33: "<i4"}
+_VALUE_DTYPES |= {34: "<f4", 64: "<u8", 65: "<i8", 66: "<f8"}
+"""Streaming's ``NDArray`` dtype codes (the byte before a dynamic-dtype array)."""
+_NAMED_DTYPES = {np.dtype(d).name: d for d in _VALUE_DTYPES.values()}
+_NONE = np.empty(0)
+_DIS_BYTES = 64 << 10
+
+
+class _Bad(Exception):
+    """A value streaming's decoder would fail on (the message says why)."""
+
+
+def _text(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Bad(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def _number(parse: Callable[[str], Any], what: str) -> Callable[[bytes], np.ndarray]:
+    def check(data: bytes) -> np.ndarray:
+        text = _text(data)
+        try:
+            value = parse(text)
+        except (ValueError, InvalidOperation):
+            raise _Bad(f"{text[:40]!r} is not {what}") from None
+        if isinstance(value, float):
+            return np.array([value])
+        if isinstance(value, Decimal) and not value.is_finite():  # 1E+999 stays finite
+            return np.array([np.nan if value.is_nan() else float(value)])
+        return _NONE
+
+    return check
+
+
+def _json(data: bytes) -> np.ndarray:
+    try:
+        json.loads(_text(data))
+    except (ValueError, RecursionError) as exc:
+        raise _Bad(f"not JSON ({str(exc)[:60] or type(exc).__name__})") from None
+    return _NONE
+
+
+def _str(data: bytes) -> np.ndarray:
+    _text(data)
+    return _NONE
+
+
+class _NullWriter:
+    def write(self, text: str) -> None:
+        pass
+
+
+def _pickle(data: bytes) -> np.ndarray:
+    """Opcodes parsed, never executed: :func:`pickletools.dis` also follows the stack and memo
+    (up to :data:`_DIS_BYTES`: it formats every argument); larger pickles are only parsed."""
+    try:
+        if len(data) <= _DIS_BYTES:
+            pickletools.dis(data, out=_NullWriter())  # type: ignore[arg-type]
+        else:
+            for _ in pickletools.genops(data):
+                pass
+    except Exception as exc:  # noqa: BLE001 - whatever the parser meets in damaged bytes
+        raise _Bad(f"not a pickle ({str(exc)[:60] or type(exc).__name__})") from None
+    return _NONE
+
+
+def _scalar(dtype: str) -> Callable[[bytes], np.ndarray]:
+    def check(data: bytes) -> np.ndarray:
+        if len(data) != np.dtype(dtype).itemsize:
+            raise _Bad(f"{len(data)} bytes, not {np.dtype(dtype).itemsize}")
+        return np.frombuffer(data, dtype)
+
+    return check
+
+
+def _ndarray(config: str) -> Callable[[bytes], np.ndarray]:
+    """``ndarray[:dtype[:shape]]``: ``[dtype byte][ndim << 2 | shape dtype][shape][values]``,
+    the parts the encoding fixes left out."""
+    args = config.split(":") if config else []
+    if len(args) > 2 or (args and args[0] not in _NAMED_DTYPES):
+        raise ValueError(config)  # streaming would not write it
+    fixed = _NAMED_DTYPES[args[0]] if args else None
+    shape = tuple(int(d) for d in args[1].split(",")) if len(args) > 1 else None
+    if shape is not None and min(shape, default=0) < 1:
+        raise ValueError(config)
+
+    def check(data: bytes) -> np.ndarray:
+        pos, dtype = 0, fixed
+        if dtype is None:
+            if not data or (dtype := _VALUE_DTYPES.get(data[0])) is None:
+                raise _Bad(f"unknown dtype code {'0x' + data[:1].hex() if data else '(none)'}")
+            pos = 1
+        dims = shape
+        if dims is None:
+            if len(data) <= pos:
+                raise _Bad("shape header missing")
+            ndim, width = data[pos] >> 2, 1 << (data[pos] & 3)
+            if len(data) < pos + 1 + ndim * width:
+                raise _Bad(f"shape header of {ndim} dims cut short")
+            dims = tuple(np.frombuffer(data, f"<u{width}", ndim, pos + 1).tolist())
+            pos += 1 + ndim * width
+        item, n = np.dtype(dtype).itemsize, len(data) - pos
+        if n % item or n // item != int(np.prod(dims, dtype=object)):
+            raise _Bad(f"shape {dims} of {np.dtype(dtype).name} does not fit its {n} value bytes")
+        return np.frombuffer(data, dtype, offset=pos)
+
+    return check
+
+
+@functools.lru_cache(maxsize=64)
+def _pixel_bytes(mode: str) -> int | None:
+    """Bytes per pixel of a Pillow mode (0 for the bit-packed ``1``; None: not a mode)."""
+    from PIL import Image
+
+    try:
+        return 0 if mode == "1" else len(Image.new(mode, (1, 1)).tobytes())
+    except (ValueError, KeyError, OSError, TypeError):
+        return None
+
+
+def _pil(data: bytes) -> np.ndarray:
+    """``pil``: ``uint32 width, height, mode size``, the mode, the raw pixels (Pillow's
+    ``frombytes`` needs at least width x height pixels; checked without allocating them)."""
+    if len(data) < 12:
+        raise _Bad(f"header cut short ({len(data)} bytes)")
+    width, height, size = np.frombuffer(data, "<u4", 3).tolist()
+    mode = _text(data[12 : 12 + size])
+    if (per := _pixel_bytes(mode)) is None:
+        raise _Bad(f"mode {mode[:20]!r} is not a Pillow mode")
+    need = (width + 7) // 8 * height if per == 0 else per * width * height
+    if len(data) - 12 - size < need:
+        raise _Bad(
+            f"{width} x {height} {mode} needs {need} pixel bytes, holds {len(data) - 12 - size}"
+        )
+    return _NONE
+
+
+def _checker(enc: str) -> Callable[[bytes], np.ndarray] | None:
+    name, _, config = enc.partition(":")
+    if name in SCALARS and not config:
+        return _scalar(SCALARS[name])
+    simple: dict[str, Callable[[bytes], np.ndarray]] = {
+        "str": _str,
+        "str_int": _number(int, "an integer"),
+        "str_float": _number(float, "a number"),
+        "str_decimal": _number(Decimal, "a decimal"),
+        "json": _json,
+        "pkl": _pickle,
+        "pil": _pil,
+    }
+    if name in simple and not config:
+        return simple[name]
+    if name == "ndarray":
+        try:
+            return _ndarray(config)
+        except (TypeError, ValueError):
+            return None  # an encoding streaming would not write: its values are not checked
+    return None
+
+
+def value_check(enc: str, rules: ImageRules) -> Check | None:
+    """The check of one column's values by its encoding (None: nothing to check)."""
+    if enc in ("jpeg", "png"):
+        return lambda path, row, name, data: _image_findings(path, row, name, data, rules)
+    check = _checker(enc)
+    if check is None:
+        return None
+
+    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+        try:
+            values = check(data)
+        except _Bad as exc:
+            return [Finding(path, "corrupt", Severity.ERROR, f"{enc}: {exc}", name, row)]
+        return _float_findings(path, row, name, values) if values.dtype.kind == "f" else []
+
+    return findings
+
+
+def _image_findings(
+    path: str, row: int, name: str, data: bytes, rules: ImageRules
+) -> list[Finding]:
+    try:
+        problems = check_image(data, rules)
+    except DecodeError as exc:
+        return [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
+    return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
+
+
+def _float_findings(path: str, row: int, name: str, values: np.ndarray) -> list[Finding]:
+    out = []
+    for kind, bad in (("nan", np.isnan(values)), ("inf", np.isinf(values))):
+        if n := int(bad.sum()):
+            out.append(Finding(path, kind, Severity.ERROR, str(values[bad][0]), name, row, n))
+    return out
