@@ -157,8 +157,14 @@ class Format:
         A format may skip chunks holding none of ``rows`` (sorted file rows) and may read only
         ``columns``; callers select what they need from what comes back.
         """
-        st = os.stat(path)
-        unit = WorkUnit(path, self.name, st.st_size, st.st_mtime)
+        from datacheck.formats import _storage
+
+        if _storage.is_url(path):  # formats whose open() reads through the storage
+            size, mtime, _ = _storage.stat(path)
+        else:
+            st = os.stat(path)
+            size, mtime = st.st_size, st.st_mtime
+        unit = WorkUnit(path, self.name, size, mtime)
         for chunk in self.open(unit, options).chunks:
             yield chunk.row_offset, chunk_table(chunk)
 

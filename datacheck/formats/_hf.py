@@ -20,6 +20,7 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from datacheck.checks._registry import Severity
@@ -33,6 +34,11 @@ __all__ = ["HfArrowFormat", "hf_features"]
 
 MAX_META_BYTES = 16 << 20
 _MEDIA = ("Image", "Audio")
+
+
+def _source(path: str) -> pa.NativeFile:
+    """The Arrow stream of a local path (memory-mapped) or a URL (through the storage)."""
+    return pa.PythonFile(_storage.source(path)) if _storage.is_url(path) else pa.memory_map(path)
 
 
 def _json(path: str) -> Any:
@@ -159,15 +165,37 @@ class HfArrowFormat(Format):
         return is_hf_data(path)
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        remote = _storage.is_url(unit.path)
-        source = pa.PythonFile(_storage.source(unit.path)) if remote else pa.memory_map(unit.path)
-        reader = pa.ipc.open_stream(source)
+        reader = pa.ipc.open_stream(_source(unit.path))
         schema = reader.schema
         media = hf_features(schema, _split(unit.path)[0])
         columns = {f.name: media.get(f.name) or str(f.type) for f in schema}
         rules = media_rules(options).images
         chunks = _chunks(reader, unit.path, media, rules)
         return Opened(columns, chunks, arrow_schema=schema)
+
+    def tables(
+        self,
+        path: str,
+        options: Mapping[str, Any],
+        *,
+        rows: np.ndarray | None = None,
+        columns: list[str] | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """The stream's batches as they are (media columns as their ``{bytes, path}`` structs,
+        not decoded), local or through the storage; stops after the last of ``rows``."""
+        last = None if rows is None else (int(rows[-1]) if len(rows) else -1)
+        start = 0
+        with _source(path) as source:
+            for batch in pa.ipc.open_stream(source):
+                if last is not None and start > last:
+                    return
+                batch.validate(full=True)
+                names = batch.schema.names if columns is None else columns
+                table = pa.Table.from_batches([batch]).select(
+                    [c for c in names if c in batch.schema.names]
+                )
+                yield start, table
+                start += batch.num_rows
 
 
 register(HfArrowFormat())

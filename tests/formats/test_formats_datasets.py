@@ -55,6 +55,15 @@ def test_hf_dataset_dict_with_a_broken_image(tmp_path: Path) -> None:
     assert "not found" in f[f["row"] == 5]["value"].iloc[0]
 
 
+def test_hf_flagged_rows_read_back_without_decoding(tmp_path: Path) -> None:
+    """Rows come back as the stream holds them: a media column as its {bytes, path} struct."""
+    report = scan(write_hf_split(tmp_path / "train"))
+    rows = report.flagged_rows("data-00001-of-00002.arrow")
+    assert list(rows.index) == [3, 5, 7]
+    assert rows.loc[5, "image"] == {"bytes": None, "path": "missing.jpg"}
+    assert rows.loc[3, "_checks"] == "image: corrupt" and np.isnan(rows.loc[7, "x"])
+
+
 # --- MosaicML Streaming (MDS) ---------------------------------------------------------------
 
 

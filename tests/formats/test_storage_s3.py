@@ -267,6 +267,24 @@ def test_s3_hf_save_to_disk_folders_recognised(
     assert "'missing.jpg' not found" in f[f["row"] == 5]["value"].iloc[0]
 
 
+def test_s3_hf_rows_read_back(s3_server: str, tmp_path: Path) -> None:
+    """The report reads a remote split's rows back through the storage, as for a local one
+    (flagged_rows and the column plot: Format.tables on an s3:// path)."""
+    root = "hf-readback"
+    _put({f"{root}/{name}": data for name, data in hf_split_files("train").items()})
+    datacheck.scan(f"s3://{BUCKET}/{root}", out=tmp_path / "o", executor="inprocess")
+    report = datacheck.load_report(tmp_path / "o")
+    rows = report.flagged_rows("data-00001-of-00002.arrow", context=1)
+    assert list(rows.index) == [2, 3, 4, 5, 6, 7, 8]
+    assert rows["label"].tolist() == [2, 3, 4, 5, 6, 7, 8]
+    assert rows["_flagged"].tolist() == [False, True, False, True, False, True, False]
+    assert np.isnan(rows.loc[7, "x"]) and rows.loc[7, "_checks"] == "x: nan"
+    assert rows.loc[5, "image"] == {"bytes": None, "path": "missing.jpg"}
+    pytest.importorskip("matplotlib")
+    fig = report.plot.column("x")
+    assert fig.axes
+
+
 @pytest.mark.parametrize("compression", [None, "zstd:7"])
 def test_s3_mds_shards_read_and_hash_checked(
     compression: str | None, s3_server: str, tmp_path: Path
