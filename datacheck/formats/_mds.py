@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
-from datacheck.formats._mds_values import value_check
+from datacheck.formats._mds_values import SCALARS, value_check
 from datacheck.formats._mds_zip import CODECS, Digests, materialize_shard, shard_codec
 from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
@@ -35,6 +36,7 @@ __all__ = ["MdsFormat", "is_mds_index", "is_shard_name", "mds_index_entry"]
 
 MAX_INDEX_BYTES = 64 << 20
 SAMPLES_PER_CHUNK = 1024
+_TEXT = ("str", "json", "str_int", "str_float", "str_decimal")
 _EXTENSIONS = (".mds", *(f".mds.{codec}" for codec in CODECS))
 
 
@@ -184,6 +186,39 @@ def _samples(
         yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
 
 
+def _shard(path: str, entry: Mapping[str, Any] | None) -> MappedFile:
+    codec = shard_codec(path, entry)
+    if codec is not None or _storage.is_url(path):  # sizes, hashes checked on the way
+        return materialize_shard(path, codec, entry)
+    mf = MappedFile(path)
+    if entry is not None:
+        _check_hashes(mf, entry.get("raw_data") or {})
+    return mf
+
+
+def _arrow_column(enc: str, values: list[bytes | None]) -> pa.Array:
+    """Values of one column as Arrow: scalars as numbers, text encodings as strings (null where
+    not UTF-8), everything else as the bytes the shard holds."""
+    name = enc.partition(":")[0]
+    if name in SCALARS and not enc.count(":"):
+        dtype = np.dtype(SCALARS[name])
+        good = [v for v in values if v is not None and len(v) == dtype.itemsize]
+        ok = np.array([v is not None and len(v) == dtype.itemsize for v in values], bool)
+        out = np.zeros(len(values), dtype)
+        out[ok] = np.frombuffer(b"".join(good), dtype)
+        return pa.array(out, mask=~ok)
+    if name in _TEXT:
+        return pa.array([_utf8(v) for v in values], pa.string())
+    return pa.array(values, pa.binary())
+
+
+def _utf8(value: bytes | None) -> str | None:
+    try:
+        return None if value is None else value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 class MdsFormat(Format):
     name = "mds"
     extensions = _EXTENSIONS
@@ -191,19 +226,62 @@ class MdsFormat(Format):
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         entry = mds_index_entry(unit.path)
-        codec = shard_codec(unit.path, entry)
-        if codec is not None or _storage.is_url(unit.path):  # sizes, hashes checked on the way
-            mf = materialize_shard(unit.path, codec, entry)
-        else:
-            mf = MappedFile(unit.path)
-            if entry is not None:
-                _check_hashes(mf, entry.get("raw_data") or {})
+        mf = _shard(unit.path, entry)
         offsets = _offsets(mf, (entry or {}).get("samples"))
         cols = _Columns(entry) if entry is not None else None
         columns = dict(zip(cols.names, cols.encodings, strict=True)) if cols else {}
         rules = media_rules(options).images
         chunks = _samples(mf, offsets, cols, unit.path, rules)
         return Opened(columns, chunks, expected_rows=len(offsets) - 1)
+
+    def tables(
+        self,
+        path: str,
+        options: Mapping[str, Any],
+        *,
+        rows: np.ndarray | None = None,
+        columns: list[str] | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """The samples' values, :data:`SAMPLES_PER_CHUNK` at a time (only chunks holding one
+        of ``rows``): scalars as numbers, ``str``/``json``/``str_*`` as text, the rest (images,
+        arrays, pickles, bytes) as the bytes the shard holds; a sample whose sizes do not add up
+        is all null.  Without an ``index.json`` there are no columns: one ``sample`` column of
+        each sample's bytes."""
+        entry = mds_index_entry(path)
+        mf = _shard(path, entry)
+        offsets = _offsets(mf, (entry or {}).get("samples"))
+        cols = _Columns(entry) if entry is not None else None
+        n = len(offsets) - 1
+        starts: Iterable[int] = range(0, n, SAMPLES_PER_CHUNK)
+        if rows is not None:
+            starts = sorted(
+                {int(r) // SAMPLES_PER_CHUNK * SAMPLES_PER_CHUNK for r in rows if r < n}
+            )
+        for lo in starts:
+            samples = [
+                mf.bytes(int(offsets[r]), int(offsets[r + 1] - offsets[r]))
+                for r in range(lo, min(n, lo + SAMPLES_PER_CHUNK))
+            ]
+            yield lo, _sample_table(samples, cols, columns)
+
+
+def _sample_table(
+    samples: list[bytes], cols: _Columns | None, wanted: list[str] | None
+) -> pa.Table:
+    if cols is None:
+        return pa.table({"sample": pa.array(samples, pa.binary())})
+    split: list[list[bytes] | None] = []
+    for sample in samples:
+        try:
+            split.append(cols.split(sample))
+        except ValueError:
+            split.append(None)
+    arrays = {
+        name: _arrow_column(enc, [None if v is None else v[i] for v in split])
+        for i, (name, enc) in enumerate(zip(cols.names, cols.encodings, strict=True))
+        if wanted is None or name in wanted
+    }
+    return pa.table(arrays) if arrays else pa.table({"sample": pa.array(samples, pa.binary())})
 
 
 register(MdsFormat())

@@ -31,7 +31,7 @@ from datacheck.findings import Finding
 from datacheck.formats._image import DecodeError, check_image
 from datacheck.schema._media import ImageRules
 
-__all__ = ["Check", "value_check"]
+__all__ = ["SCALARS", "Check", "value_check"]
 
 Check = Callable[[str, int, str, bytes], list[Finding]]
 """``(path, row, column, value bytes) -> findings`` for one column's values."""

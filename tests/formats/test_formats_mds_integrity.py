@@ -324,3 +324,20 @@ def test_compressed_flip_into_one_string(codec: str, tmp_path: Path) -> None:
     entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
     assert entry["status"] == "flagged", entry
     assert sites == {PLANTED, (5, "text", "corrupt")}, sites
+
+
+def test_flagged_samples_read_back(tmp_path: Path) -> None:
+    """flagged_rows on a shard: numbers as numbers, text encodings as text, the rest as the
+    bytes the shard holds; a sample whose sizes do not add up comes back all null."""
+    raw = bytearray(every_encoding_shard())
+    start = int(np.frombuffer(raw, "<u4", 1, 4 + 4 * 6)[0])  # sample 6: its first size
+    raw[start : start + 4] = np.uint32(3).tobytes()
+    folder = write_mds(tmp_path / "m", n=ROWS, hashes=(), data=bytes(raw), columns=COLUMNS)
+    report = datacheck.scan(str(folder), executor="inprocess", workers=1)
+    rows = report.flagged_rows("shard.00000.mds")
+    assert list(rows.index) == [3, 6]
+    three = rows.loc[3]
+    assert three["_checks"] == "f: nan" and three["f"] == "nan" and three["n"] == 3
+    assert three["text"] == "héllo wörld 3" and three["js"] == '{"a": [1, 2], "i": 3}'
+    assert three["blob"] == bytes(range(3, 13))
+    assert rows.loc[6, "_checks"] == "corrupt" and rows.loc[6, ["n", "text"]].isna().all()

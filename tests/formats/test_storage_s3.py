@@ -299,6 +299,9 @@ def test_s3_mds_shards_read_and_hash_checked(
     assert entry["format"] == "mds" and entry["rows"] == 20 and entry["status"] == "flagged"
     assert report.data["ignored"] == [f"{url}/index.json"]
     assert _sites(report) == {(shard.name, 11, "score", "nan")}
+    rows = report.flagged_rows(shard.name)  # read back through the storage
+    assert list(rows.index) == [11] and rows.loc[11, "label"] == 11
+    assert np.isnan(rows.loc[11, "score"]) and rows.loc[11, "image"][:2] == b"\xff\xd8"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x01
     _put({f"{root}/{shard.name}": bytes(data)})
