@@ -341,3 +341,28 @@ def test_flagged_samples_read_back(tmp_path: Path) -> None:
     assert three["text"] == "héllo wörld 3" and three["js"] == '{"a": [1, 2], "i": 3}'
     assert three["blob"] == bytes(range(3, 13))
     assert rows.loc[6, "_checks"] == "corrupt" and rows.loc[6, ["n", "text"]].isna().all()
+
+
+def test_zstd_content_checksum_catches_every_flip_that_changes_the_shard() -> None:
+    """A frame written with its checksum (streaming's have none): zstandard verifies it, so no
+    single-bit flip that changes the decompressed shard goes unnoticed."""
+    import io
+
+    import zstandard
+
+    from datacheck.formats._mds_zip import _chunks
+
+    raw = every_encoding_shard()
+    data = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
+    unnoticed = []
+    for pos in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[pos] ^= 1 << bit
+            try:
+                out = b"".join(_chunks("zstd", io.BytesIO(bytes(damaged)), len(raw)))
+            except TensorFileError:
+                continue
+            if out != raw:
+                unnoticed.append((pos, bit))
+    assert not unnoticed
