@@ -164,7 +164,11 @@ def _samples(
 ) -> Iterator[SampleChunk]:
     n = len(offsets) - 1
     checks = (
-        [(i, c) for i, e in enumerate(cols.encodings) if (c := value_check(e, rules))]
+        [
+            (i, c)
+            for i, (e, size) in enumerate(zip(cols.encodings, cols.sizes, strict=True))
+            if (c := value_check(e, rules, size))
+        ]
         if cols
         else []
     )

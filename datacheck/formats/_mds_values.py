@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import pickletools
+import struct
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -203,10 +205,14 @@ def _checker(enc: str) -> Callable[[bytes], np.ndarray] | None:
     return None
 
 
-def value_check(enc: str, rules: ImageRules) -> Check | None:
-    """The check of one column's values by its encoding (None: nothing to check)."""
+def value_check(enc: str, rules: ImageRules, size: int | None = None) -> Check | None:
+    """The check of one column's values by its encoding (None: nothing to check); ``size``:
+    the column's fixed byte count in the index, which the sample split already enforces."""
     if enc in ("jpeg", "png"):
         return lambda path, row, name, data: _image_findings(path, row, name, data, rules)
+    dtype = np.dtype(SCALARS.get(enc, "V1"))
+    if enc in SCALARS and size == dtype.itemsize:  # the common case: one value per sample
+        return _fixed_float(dtype) if dtype.kind == "f" else None
     check = _checker(enc)
     if check is None:
         return None
@@ -231,7 +237,21 @@ def _image_findings(
     return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
 
 
+def _fixed_float(dtype: np.dtype) -> Check:
+    unpack = struct.Struct("<" + {2: "e", 4: "f", 8: "d"}[dtype.itemsize]).unpack
+
+    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+        (x,) = unpack(data)
+        if math.isfinite(x):
+            return []
+        return _float_findings(path, row, name, np.array([x]))
+
+    return findings
+
+
 def _float_findings(path: str, row: int, name: str, values: np.ndarray) -> list[Finding]:
+    if np.isfinite(values).all():
+        return []
     out = []
     for kind, bad in (("nan", np.isnan(values)), ("inf", np.isinf(values))):
         if n := int(bad.sum()):
