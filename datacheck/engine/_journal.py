@@ -3,16 +3,16 @@
 ``OUT/journal.jsonl`` holds a header line (the scan's fingerprint: inputs, schema, unit size)
 and then one JSON line per finished unit: its :class:`~datacheck.engine._unit.UnitResult` without the
 findings, which live in ``OUT/parts/<hash>.parquet`` (written, atomically, before the line).
-Lines are held in memory and written in batches (one write per unit cost a 20,000-image scan
-0.65 CPU-s, taken from the cores its workers decode on): when a unit finishes
-:data:`_FLUSH_EVERY_S` after the last write, when the held units took :data:`_FLUSH_WORK_S` of
-worker time, after a corrupt unit (it may have cost a crash or a time-out), and always when the
-scan stops.  They are fsync'ed at most once a second.  So after a Ctrl-C, a pre-empted job
-(SIGTERM) or an error the journal lists every unit whose findings are on disk; a killed scan
-(SIGKILL, out of memory) loses the held lines, at most about a second of worker time to redo;
-a machine crash also loses up to about the last second of written lines (a torn last line is
-ignored).  A lost line only means that unit is scanned again; a line never names a part that
-is not on disk.
+The lines of quick units are held in memory and written together (a write per 1 ms image is
+CPU taken from the cores its workers decode on): a line is written, with those held, once the
+held units took :data:`_FLUSH_WORK_S` of worker time (a unit that took that long is written at
+once), :data:`_FLUSH_EVERY_S` after the last write, after a corrupt unit (it may have cost a
+crash or a time-out), and always when the scan stops.  Lines are fsync'ed at most once a
+second.  So after a Ctrl-C, a pre-empted job (SIGTERM) or an error the journal lists every unit
+whose findings are on disk; a killed scan (SIGKILL, out of memory) loses the held lines, under
+:data:`_FLUSH_WORK_S` of worker time to redo; a machine crash also loses up to about the last
+second of written lines (a torn last line is ignored).  A lost line only means that unit is
+scanned again; a line never names a part that is not on disk.
 
 ``scan(..., resume=True)`` keeps the journal and parts, skips the units listed there whose key
 (path, size, mtime or ETag, part) still matches the file as it is now, and merges their stored
@@ -46,11 +46,12 @@ _FSYNC_EVERY_S = 1.0
 """Journal lines are fsync'ed at most this often: a machine crash loses at most the last
 second of lines, and those units are simply scanned again (their parts are written before
 their lines, so a line never points at findings that are not on disk)."""
+_FLUSH_WORK_S = 0.02
+"""Held lines are written once the units they record took this many seconds of worker time (a
+write costs ~2 us: nothing beside a unit this long); a killed scan makes its resume redo less
+finished work than this..."""
 _FLUSH_EVERY_S = 0.2
-"""Held lines are written when a unit finishes this long after the last write..."""
-_FLUSH_WORK_S = 1.0
-"""...or when the units whose lines are held took this many seconds of worker time: a killed
-scan makes its resume redo at most about this much finished work."""
+"""...or when a unit finishes this long after the last write (units of microseconds)."""
 _STORED = tuple(f.name for f in fields(UnitResult) if f.name not in ("table", "seconds"))
 _stored_values = attrgetter(*_STORED)
 

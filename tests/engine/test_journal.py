@@ -157,9 +157,8 @@ def _result(i: int, **kw) -> UnitResult:
 def test_lines_are_written_in_batches_and_every_one_on_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Quick units' lines are held (one write per unit cost the parent 33 us a unit); a
-    corrupt unit (it may have cost a crash or a time-out), a second of held work and close()
-    write them; every line written names a part that is on disk."""
+    """Quick units' lines are held; a corrupt unit (it may have cost a crash or a time-out),
+    20 ms of held work and close() write them; every line written names a part on disk."""
     monkeypatch.setattr(_journal, "_FLUSH_EVERY_S", 3600.0)  # a slow machine writes no sooner
     journal = Journal(tmp_path, tmp_path / "parts", {"k": 1}, resume=False)
     journal.record(_result(0, seconds=0.001))
@@ -171,8 +170,8 @@ def test_lines_are_written_in_batches_and_every_one_on_close(
     lines = _units(tmp_path)
     assert [u["key"].split("|")[0] for u in lines] == ["f0", "f1", "f2"]
     assert (tmp_path / "parts" / lines[-1]["part_file"]).is_file()
-    journal.record(_result(3, seconds=0.6))
-    journal.record(_result(4, seconds=0.6))  # a second of worker time held: written
+    journal.record(_result(3, seconds=0.012))
+    journal.record(_result(4, seconds=0.012))  # 24 ms of worker time held: written
     assert len(_units(tmp_path)) == 5
     journal.record(_result(5, seconds=0.001))
     journal.close()
