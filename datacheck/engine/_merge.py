@@ -65,8 +65,8 @@ def _whole_file_entry(r: UnitResult) -> dict[str, Any]:
         "status": "corrupt" if r.corrupt else ("flagged" if r.counts else "ok"),
         "rows": r.rows,
         "bytes": r.bytes,
-        "counts": dict(sorted(r.counts.items())),
-        "sites": {k: dict(v) for k, v in sorted(r.sites.items())},
+        "counts": dict(sorted(r.counts.items())) if r.counts else {},
+        "sites": {k: dict(v) for k, v in sorted(r.sites.items())} if r.sites else {},
         "columns": r.columns,
         "error": r.corrupt if r.corrupt else None,
     }
