@@ -202,10 +202,12 @@ class ProgressBar:
         seen = self._parts[result.path] = self._parts.get(result.path, 0) + 1
         if seen == result.n_parts:
             self._files_done += 1
+        # drawn by update() when it redraws (at most every 0.1 s), not once per unit (22 us)
+        self.bar.set_postfix_str(f"files {self._files_done}/{self._files}", refresh=False)
         self.bar.update(result.bytes)
-        self.bar.set_postfix_str(f"files {self._files_done}/{self._files}")
 
     def close(self) -> None:
+        self.bar.refresh()  # the last counts, which update() may not have drawn
         self.bar.close()
 
 
