@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,19 @@ def test_non_data_files_in_directories_are_listed_as_ignored(
 ) -> None:
     report = datacheck.scan(demo_dir, out=tmp_path / "o")
     assert report.data["ignored"] == [str(demo_dir / "schema.yaml")]
+
+
+def test_report_json_is_the_report_with_a_line_per_file(demo_dir: Path, tmp_path: Path) -> None:
+    """Written with json's C encoder a file entry at a time (the indenting one is pure Python):
+    the same document, and a line per file and per ignored path, to read or grep."""
+    report = datacheck.scan(demo_dir, out=tmp_path / "o")
+    text = (tmp_path / "o" / "report.json").read_text()
+    assert json.loads(text) == json.loads(json.dumps(report.data, default=str))
+    lines = text.splitlines()
+    for entry in [*report.data["files"], *report.data["ignored"]]:
+        (line,) = [ln for ln in lines if json.dumps(entry)[:-1] in ln]
+        assert json.loads(line.strip().rstrip(",")) == entry
+    assert '\n "summary": {\n  "files": 5,' in text  # the rest indented as before
 
 
 @pytest.mark.parametrize(
