@@ -2,7 +2,7 @@
 
 ``OUT/journal.jsonl`` holds a header line (the scan's fingerprint: inputs, schema, unit size)
 and then one JSON line per finished unit: its :class:`~datacheck.engine._unit.UnitResult` without the
-findings, which live in ``OUT/parts/<hash>.parquet`` (written, atomically, before the line).
+findings, which live in ``OUT/parts/<hash>.arrow`` (written, atomically, before the line).
 The lines of quick units are held in memory and written together (a write per 1 ms image is
 CPU taken from the cores its workers decode on): a line is written, with those held, once the
 held units took :data:`_FLUSH_WORK_S` of worker time (a unit that took that long is written at
