@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from datacheck.checks._rules import ColumnRules, default_rules
 from datacheck.checks._tensor import sample_hits
 from datacheck.engine._plain import plain, readable_columns
 from datacheck.engine._schemacheck import SchemaRun
-from datacheck.formats import Chunk, WorkUnit, get_format
+from datacheck.formats import Chunk, Opened, WorkUnit, get_format
 from datacheck.formats._tabular import INTEGER_COLUMNS
 from datacheck.profile._stats import ColumnProfile, Profiler
 from datacheck.schema import CompiledSchema
@@ -62,6 +61,14 @@ class UnitResult:
     seconds: float = 0.0
     profile: dict[str, dict[str, Any]] | None = None
     """Per-column statistics (``ColumnProfile.state()``: plain, small), when the scan profiles."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The field values in order, not a dict naming each: a worker sends one result per
+        # image, and the parent builds them back with one call.
+        return (UnitResult, _values(self))
+
+
+_values = attrgetter(*(f.name for f in fields(UnitResult)))
 
 
 def poison_result(unit: WorkUnit, message: str) -> UnitResult:
@@ -94,16 +101,45 @@ class _Collector:
     to it as they come, so a file of 2**26 NaN never holds all its findings in memory.
     """
 
+    __slots__ = (
+        "_parts_checked",
+        "_parts_dir",
+        "counts",
+        "held",
+        "key",
+        "part",
+        "path",
+        "sites",
+        "tables",
+    )
+
     def __init__(self, path: str, parts_dir: str | None = None, key: str = "") -> None:
         self.path = path
         self.tables: list[pa.Table] = []
         self.held = 0
         """Findings in ``tables``."""
-        self.counts: Counter[str] = Counter()
-        self.sites: dict[str, Counter[str]] = {}
-        self.parts_dir = parts_dir if parts_dir is not None and os.path.isdir(parts_dir) else None
+        self.counts: dict[str, int] = {}
+        self.sites: dict[str, dict[str, int]] = {}
+        self._parts_dir = parts_dir
+        self._parts_checked = parts_dir is None
+        """Whether ``parts_dir`` was looked for (when first needed: most units of a clean
+        dataset never write a part)."""
         self.key = key
         self.part: fnd.PartWriter | None = None
+
+    @property
+    def parts_dir(self) -> str | None:
+        """The folder for part files, None when there is none this worker can see."""
+        if not self._parts_checked:
+            self._parts_checked = True
+            if not os.path.isdir(self._parts_dir or ""):
+                self._parts_dir = None
+        return self._parts_dir
+
+    def _count(self, check: str, n: int, severity: str, sites: int) -> None:
+        self.counts[check] = self.counts.get(check, 0) + n
+        by_sev = self.sites.setdefault(check, {})
+        by_sev[severity] = by_sev.get(severity, 0) + sites
 
     def _add(self, table: pa.Table) -> None:
         self.tables.append(table)
@@ -119,13 +155,11 @@ class _Collector:
         self.tables, self.held = [], 0
 
     def hits(self, column: str | None, hits: Hits, row_offset: int) -> None:
-        self.counts[hits.check] += hits.total
-        self.sites.setdefault(hits.check, Counter())[hits.severity.value] += len(hits.rows)
+        self._count(hits.check, hits.total, hits.severity.value, len(hits.rows))
         self._add(fnd.hits_table(self.path, column, hits, row_offset))
 
     def finding(self, f: fnd.Finding) -> None:
-        self.counts[f.check] += f.count
-        self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
+        self._count(f.check, f.count, f.severity.value, 1)
         self._add(fnd.findings_table([f]))
 
     def findings(self, fs: list[fnd.Finding]) -> None:
@@ -133,8 +167,7 @@ class _Collector:
         if not fs:
             return
         for f in fs:
-            self.counts[f.check] += f.count
-            self.sites.setdefault(f.check, Counter())[f.severity.value] += 1
+            self._count(f.check, f.count, f.severity.value, 1)
         self._add(fnd.findings_table(fs))
 
 
@@ -189,7 +222,8 @@ def _check_chunk(
     profiler: Profiler | None = None,
     run: SchemaRun | None = None,
 ) -> None:
-    col.findings(chunk.findings)  # what the reader found while decoding (media, token files)
+    if chunk.findings:  # what the reader found while decoding (media, token files)
+        col.findings(chunk.findings)
     for key, h in chunk.hits:
         col.hits(key, h, chunk.row_offset)
     if chunk.tensors is not None:
@@ -286,20 +320,6 @@ def _reader_error(exc: BaseException) -> str:
     return _printable(f"{type(exc).__name__}: {_ROW_TEXT.sub(excerpt, text)}")[:300]
 
 
-def _guarded(chunks: Iterator[Chunk], errors: list[str]) -> Iterator[Chunk]:
-    """Yield chunks until the reader fails; record the failure instead of raising."""
-    while True:
-        try:
-            chunk = next(chunks)
-        except StopIteration:
-            return
-        except Exception as exc:  # noqa: BLE001 - the reader boundary: any failure is corruption
-            errors.append(_reader_error(exc))
-            return
-        yield chunk
-        del chunk  # one chunk in memory at a time: drop it before reading the next
-
-
 def scan_unit(
     unit: WorkUnit,
     schema: CompiledSchema | None,
@@ -313,60 +333,94 @@ def scan_unit(
     ``profile`` also collects per-column statistics (``sketch``: with quantile sketches).
     """
     start = time.perf_counter()
-    shown = shown_path(unit.path)
-    if shown != unit.path:  # Arrow holds UTF-8 only: report the file under an escaped name
-        return _unreadable_name(unit, shown, start, parts_dir)
-    col = _Collector(unit.path, parts_dir, unit.key)
-    res = UnitResult(unit.key, unit.path, unit.format, unit.part, unit.n_parts)
+    if not unit.path.isascii() and (shown := shown_path(unit.path)) != unit.path:
+        return _unreadable_name(unit, shown, start, parts_dir)  # Arrow holds UTF-8 only
+    key = unit.key
+    col = _Collector(unit.path, parts_dir, key)
+    res = UnitResult(key, unit.path, unit.format, unit.part, unit.n_parts)
     res.bytes = unit.size // max(unit.n_parts, 1)
     errors: list[str] = []
-    opts = dict(options or {})
-    if schema is not None:
-        opts.setdefault("arrow_types", schema.arrow_types_for(unit.format))
-        if schema.media is not None:
-            opts.setdefault("media", schema.media)
-        if schema.tensors is not None:  # what a reader summarises itself (HDF5 fill values)
-            opts.setdefault("tensors", schema.tensors)
+    opts = _reader_options(schema, unit.format, options)
+    fmt = get_format(unit.format)
     try:
-        opened = get_format(unit.format).open(unit, opts)
+        opened = fmt.open(unit, opts)
     except Exception as exc:  # noqa: BLE001 - reader boundary
         errors.append(_reader_error(exc))
         opened = None
     if opened is not None:
+        _read(unit, opened, fmt.tabular, schema, res, col, errors, profile, sketch)
+    if errors:
+        res.corrupt = errors[0]
+        col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))
+    _finish(res, col)
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def _reader_options(
+    schema: CompiledSchema | None, format_name: str, options: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The options a reader gets: the caller's, plus what the schema says about its format."""
+    if schema is None:
+        return options if options is not None else {}
+    opts = dict(options or {})
+    opts.setdefault("arrow_types", schema.arrow_types_for(format_name))
+    if schema.media is not None:
+        opts.setdefault("media", schema.media)
+    if schema.tensors is not None:  # what a reader summarises itself (HDF5 fill values)
+        opts.setdefault("tensors", schema.tensors)
+    return opts
+
+
+def _read(
+    unit: WorkUnit,
+    opened: Opened,
+    tabular: bool,
+    schema: CompiledSchema | None,
+    res: UnitResult,
+    col: _Collector,
+    errors: list[str],
+    profile: bool,
+    sketch: bool,
+) -> None:
+    """Check every chunk of an opened unit; a reader failure is appended to ``errors``."""
+    run = None
+    if tabular:
         res.columns = dict(opened.columns)
-        tabular = get_format(unit.format).tabular
-        run = None
-        if schema is not None and tabular:
+        if schema is not None:
             run = SchemaRun(schema, unit.path, opened.arrow_schema, unit.format == "csv")
             res.columns.update(run.parsed_columns(res.columns))
             if unit.part == 0:
                 col.findings(run.file_findings(res.columns, unit.partition_columns))
-        profiler = Profiler(sketch) if profile else None
-        for chunk in _guarded(opened.chunks, errors):
-            try:
-                _check_chunk(chunk, schema, col, profiler, run)
-            except _Damaged as exc:
-                errors.append(str(exc)[:300])
-                break
-            res.rows += chunk.num_rows
-            del chunk  # before the reader fetches the next one
-        if run is not None and not errors:
-            col.findings(run.finish(col.hits))
-        if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
-            errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
-        if not tabular:  # tensor readers may discover keys while reading (tar shards)
+    profiler = Profiler(sketch) if profile else None
+    chunks = opened.chunks
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            break
+        except Exception as exc:  # noqa: BLE001 - the reader boundary: any failure is corruption
+            errors.append(_reader_error(exc))  # the rows read so far keep their findings
+            break
+        try:
+            _check_chunk(chunk, schema, col, profiler, run)
+        except _Damaged as exc:
+            errors.append(str(exc)[:300])
+            break
+        res.rows += chunk.num_rows
+        del chunk  # one chunk in memory at a time: drop it before reading the next
+    if run is not None and not errors:
+        col.findings(run.finish(col.hits))
+    if not errors and opened.expected_rows is not None and opened.expected_rows != res.rows:
+        errors.append(f"metadata says {opened.expected_rows} rows, {res.rows} could be read")
+    if not tabular:  # tensor readers may discover keys while reading (tar shards)
+        if opened.columns:
             res.columns = dict(opened.columns)
-            if schema is not None and schema.tensors is not None and unit.part == 0 and not errors:
-                shapes = opened.extra.get("shapes")
-                col.findings(schema.tensors.file_findings(unit.path, res.columns, shapes))
-        if profiler is not None:
-            res.profile = {name: p.state() for name, p in profiler.columns.items()}
-    if errors:
-        res.corrupt = errors[0]
-        col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))
-    _finish(res, col, parts_dir)
-    res.seconds = time.perf_counter() - start
-    return res
+        if schema is not None and schema.tensors is not None and unit.part == 0 and not errors:
+            shapes = opened.extra.get("shapes")
+            col.findings(schema.tensors.file_findings(unit.path, res.columns, shapes))
+    if profiler is not None:
+        res.profile = {name: p.state() for name, p in profiler.columns.items()}
 
 
 def shown_path(path: str) -> str:
@@ -387,14 +441,14 @@ def _unreadable_name(unit: WorkUnit, shown: str, start: float, parts_dir: str | 
     res.bytes = unit.size // max(unit.n_parts, 1)
     res.corrupt = "the file name is not valid UTF-8 (shown with \\x escapes): rename it to scan it"
     col.finding(fnd.Finding(shown, "corrupt", Severity.ERROR, value=res.corrupt))
-    _finish(res, col, parts_dir)
+    _finish(res, col)
     res.seconds = time.perf_counter() - start
     return res
 
 
-def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
-    res.counts = dict(col.counts)
-    res.sites = {k: dict(v) for k, v in col.sites.items()}
+def _finish(res: UnitResult, col: _Collector) -> None:
+    res.counts = col.counts
+    res.sites = col.sites
     if col.part is not None:  # spilled already: the rest joins the part
         col.spill()
         res.findings_rows = col.part.rows
@@ -406,7 +460,8 @@ def _finish(res: UnitResult, col: _Collector, parts_dir: str | None) -> None:
     res.findings_rows = table.num_rows
     # A worker that cannot see parts_dir (remote cluster, no shared filesystem) sends the
     # findings back with the result; the client's journal spills them to a part on arrival.
-    if col.parts_dir is None or table.num_rows == 0:
+    parts_dir = col.parts_dir
+    if parts_dir is None or table.num_rows == 0:
         res.table = table if table.num_rows else None
         return
-    res.part_file = fnd.write_part(table, col.parts_dir, res.key)
+    res.part_file = fnd.write_part(table, parts_dir, res.key)

@@ -19,11 +19,11 @@ read (the ``media`` extra).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import struct
+import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
 from datacheck.formats._tensor_common import SampleChunk
-from datacheck.schema._media import ImageRules, media_rules
+from datacheck.schema._media import ImageRules, MediaSchema
 
 __all__ = ["IMAGE_EXTS", "DecodeError", "ImageFormat", "Problem", "check_image", "read_bytes"]
 
@@ -55,14 +55,21 @@ class Problem:
     message: str
 
 
+_PIL: Any = None
+"""``PIL.Image``, once imported."""
+
+
 def _pil() -> Any:
-    try:
-        from PIL import Image
-    except ModuleNotFoundError as exc:  # pragma: no cover - the media extra is missing
-        raise DecodeError(
-            "decoding images needs Pillow: pip install 'datacheck-ml[media]'"
-        ) from exc
-    return Image
+    global _PIL
+    if _PIL is None:
+        try:
+            from PIL import Image
+        except ModuleNotFoundError as exc:  # pragma: no cover - the media extra is missing
+            raise DecodeError(
+                "decoding images needs Pillow: pip install 'datacheck-ml[media]'"
+            ) from exc
+        _PIL = Image
+    return _PIL
 
 
 def _reason(exc: BaseException) -> str:
@@ -80,12 +87,38 @@ def check_image(data: bytes, rules: ImageRules) -> list[Problem]:
     """
     if not data:
         raise DecodeError("empty file (0 bytes): not an image")
-    image = _pil()
+    image = _PIL or _pil()
+    if _CONTEXT_WARNINGS:  # pragma: no cover - free-threaded Pythons (3.14+)
+        with warnings.catch_warnings(action="ignore"):
+            return _guarded_decode(image, data, rules)
+    # What catch_warnings() + simplefilter("ignore") do, without their bookkeeping (this runs
+    # for every image): a warning an "ignore" filter catches leaves nothing in any module's
+    # registry, so putting the list back restores the state exactly.
+    filters = warnings.filters
+    warnings.filters = [_IGNORE, *filters]  # Pillow warns of what it tolerates (bad EXIF, ...)
     try:
-        with _own_bomb_guard(image):
-            return _decode(image, data, rules)
+        return _guarded_decode(image, data, rules)
+    finally:
+        warnings.filters = filters
+
+
+_IGNORE = ("ignore", None, Warning, None, 0)
+"""``simplefilter("ignore")``'s entry in ``warnings.filters``."""
+_CONTEXT_WARNINGS = bool(getattr(sys.flags, "context_aware_warnings", False))
+"""Warning filters held per thread and task (free-threaded Python 3.14+): not the module's list."""
+
+
+def _guarded_decode(image: Any, data: bytes, rules: ImageRules) -> list[Problem]:
+    """:func:`_decode` with Pillow's global pixel limit off: ``max_pixels`` (checked before
+    anything is decoded) rules instead."""
+    limit = image.MAX_IMAGE_PIXELS
+    image.MAX_IMAGE_PIXELS = None
+    try:
+        return _decode(image, data, rules)
     except _DECODE_ERRORS as exc:
         raise DecodeError(_reason(exc)) from None
+    finally:
+        image.MAX_IMAGE_PIXELS = limit
 
 
 _DECODE_ERRORS = (
@@ -96,56 +129,43 @@ _DECODE_ERRORS = (
 )
 
 
-@contextlib.contextmanager
-def _own_bomb_guard(image: Any) -> Iterator[None]:
-    """Pillow's global pixel limit off while ``max_pixels`` (checked before decoding) rules."""
-    limit = image.MAX_IMAGE_PIXELS
-    image.MAX_IMAGE_PIXELS = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Pillow warns of what it tolerates (bad EXIF, ...)
-            yield
-    finally:
-        image.MAX_IMAGE_PIXELS = limit
-
-
 def _decode(image: Any, data: bytes, rules: ImageRules) -> list[Problem]:
     im = image.open(io.BytesIO(data))
     try:
-        if (bomb := rules.bomb(im.size)) is not None:
+        size = im.size
+        if (bomb := rules.bomb(size)) is not None:
             return [Problem("schema", Severity.ERROR, bomb)]
-        problem = rules.header_problem(im.mode, im.size)
+        problem = rules.header_problem(im.mode, size)
         if im.format == "PNG":  # load() skips chunk CRCs; verify() checks them (no decode)
             im.verify()
             im.close()
             im = image.open(io.BytesIO(data))  # verify() leaves the image unusable
-        if (bomb := _frames_bomb(im, rules)) is not None:
+        frames = int(getattr(im, "n_frames", 1))
+        if frames > 1 and (bomb := _frames_bomb(im, frames, rules)) is not None:
             return [Problem("schema", Severity.ERROR, bomb)]
         im.load()  # the full decode: a truncated file fails only here
         out = [Problem("schema", Severity.ERROR, problem)] if problem else []
         if rules.constant and _constant(im):
             out.append(Problem("constant", Severity.WARNING, "every pixel has one value"))
-        if (bomb := _later_frames(im, rules)) is not None:
+        if frames > 1 and (bomb := _later_frames(im, frames, rules)) is not None:
             out.append(Problem("schema", Severity.ERROR, bomb))
         return out
     finally:
         im.close()
 
 
-def _frames_bomb(im: Any, rules: ImageRules) -> str | None:
+def _frames_bomb(im: Any, frames: int, rules: ImageRules) -> str | None:
     """The frame-count bomb guard, before any frame is decoded (the first frame's size for
     all; Pillow counts frames from the headers, without decoding)."""
-    frames = int(getattr(im, "n_frames", 1))
     w, h = im.size
-    return rules.frames_bomb(frames, frames * w * h) if frames > 1 else None
+    return rules.frames_bomb(frames, frames * w * h)
 
 
-def _later_frames(im: Any, rules: ImageRules) -> str | None:
+def _later_frames(im: Any, frames: int, rules: ImageRules) -> str | None:
     """Decode every frame after the first, one at a time; why the rest is refused, or None.
 
     Each frame is held to ``max_pixels`` and all together to the frame budget again as they
     come (a TIFF's pages each have their own size)."""
-    frames = int(getattr(im, "n_frames", 1))
     total = im.size[0] * im.size[1]
     for i in range(1, frames):
         try:
@@ -184,10 +204,15 @@ class ImageFormat(Format):
     tabular = False
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        problems = check_image(read_bytes(unit.path), media_rules(options).images)
+        media = options.get("media")
+        rules = media.images if isinstance(media, MediaSchema) else _NO_RULES
+        problems = check_image(read_bytes(unit.path), rules)
         found = [Finding(unit.path, p.check, p.severity, p.message, IMAGE_KEY) for p in problems]
-        chunk = SampleChunk(row_offset=0, tensors={}, samples=1, findings=found)
-        return Opened({}, iter([chunk]), expected_rows=1)
+        chunk = SampleChunk(row_offset=0, samples=1, findings=found)
+        return Opened({}, iter((chunk,)), expected_rows=1)
 
+
+_NO_RULES = ImageRules()
+"""The rules without a schema (the default bomb guard)."""
 
 register(ImageFormat())

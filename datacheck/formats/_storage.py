@@ -145,14 +145,34 @@ def read_small(path: str, limit: int) -> bytes | None:
     Raises:
         OSError: it cannot be read (missing, no permission).
     """
-    if is_url(path):
+    if "://" in path and is_url(path):
         fs, p = _fs(path)
         with fs.open(p, "rb") as fh:
             data = _read_upto(fh, limit + 1)
     else:
-        with open(path, "rb") as fh:  # read(limit) would reserve the whole limit every time
-            data = fh.read(min(os.fstat(fh.fileno()).st_size, limit) + 1)
+        data = _read_local(path, limit + 1)
     return None if len(data) > limit else data
+
+
+def _read_local(path: str, n: int) -> bytes:
+    """At most ``n`` bytes of a local file: one ``pread`` of its size (+1, which tells a file
+    that grew past the limit) when the kernel gives it all; more reads only after a short
+    one (a FUSE or network mount), up to ``n`` or the end.  Never ``n`` reserved at once: the
+    size comes first (from ``lseek``, which costs no ``stat`` result)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        want = min(size, n - 1) + 1
+        data = os.pread(fd, want, 0)
+        if len(data) == size or len(data) >= want or not data:
+            return data  # all of it (the size it has), past the limit, or empty
+        parts, got = [data], len(data)
+        while got < want and (part := os.pread(fd, min(want - got, 1 << 20), got)):
+            parts.append(part)
+            got += len(part)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def _read_upto(fh: Any, n: int, block: int = 1 << 20) -> bytes:

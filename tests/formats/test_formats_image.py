@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import struct
 import tarfile
+import warnings
 import zlib
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from PIL import Image
 
 import datacheck
+from datacheck.formats._image import DecodeError
 
 
 def image_bytes(fmt: str = "JPEG", size: tuple[int, int] = (48, 32), mode: str = "RGB") -> bytes:
@@ -238,3 +240,66 @@ def test_parquet_scan_never_imports_pillow_or_soundfile(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def warning_png() -> bytes:
+    """A PNG Pillow decodes with a warning: an APNG control chunk that claims 0 frames."""
+    data = image_bytes("PNG")
+    at = data.index(b"IDAT") - 4
+    return data[:at] + png_chunk(b"acTL", struct.pack(">II", 0, 0)) + data[at:]
+
+
+def test_decoder_warnings_silenced_only_while_decoding(tmp_path: Path) -> None:
+    from datacheck.formats._image import check_image
+    from datacheck.schema._media import ImageRules
+
+    with pytest.warns(UserWarning, match="Invalid APNG"):  # Pillow does warn about it
+        Image.open(io.BytesIO(warning_png())).load()
+    before = warnings.filters[:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as the test suite runs: a warning would be an error
+        assert check_image(warning_png(), ImageRules()) == []
+        with pytest.raises(DecodeError, match="checksum"):
+            check_image(bad_crc_png(), ImageRules())
+        with pytest.raises(UserWarning):  # the filters are back once it returns
+            warnings.warn("after", UserWarning, stacklevel=1)
+    assert warnings.filters == before
+    (tmp_path / "w.png").write_bytes(warning_png())
+    assert by_name(scan(tmp_path / "w.png"))["w.png"]["status"] == "ok"
+
+
+def test_pillow_pixel_limit_off_only_while_ours_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pillow's global MAX_IMAGE_PIXELS (a user's setting) is off while max_pixels rules, and
+    back after every image, decodable or not."""
+    from datacheck.formats._image import check_image
+    from datacheck.schema._media import ImageRules
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # Pillow alone refuses 48x32 now
+    with pytest.raises(Image.DecompressionBombError):
+        Image.open(io.BytesIO(image_bytes("PNG"))).load()
+    assert check_image(image_bytes("PNG"), ImageRules()) == []
+    assert Image.MAX_IMAGE_PIXELS == 100
+    with pytest.raises(DecodeError):
+        check_image(image_bytes("JPEG")[:200], ImageRules())
+    assert Image.MAX_IMAGE_PIXELS == 100
+    problems = check_image(image_bytes("PNG"), ImageRules(max_pixels=1000))
+    assert [p.check for p in problems] == ["schema"] and "max_pixels" in problems[0].message
+    assert Image.MAX_IMAGE_PIXELS == 100
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 70_000])
+def test_read_bytes_whole_file_or_refused_above_limit(size: int, tmp_path: Path) -> None:
+    from datacheck.formats._image import read_bytes
+
+    data = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8).tobytes()
+    path = tmp_path / "f.jpg"
+    path.write_bytes(data)
+    assert read_bytes(str(path)) == data
+    assert read_bytes(str(path), limit=size) == data
+    if size:
+        with pytest.raises(DecodeError, match="limit"):
+            read_bytes(str(path), limit=size - 1)
+    with pytest.raises(FileNotFoundError):
+        read_bytes(str(tmp_path / "missing.jpg"))
