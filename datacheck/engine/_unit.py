@@ -396,11 +396,11 @@ def _read(
     chunks = opened.chunks
     while True:
         try:
-            chunk = next(chunks)
-        except StopIteration:
-            break
+            chunk = next(chunks, None)  # no StopIteration raised at the end
         except Exception as exc:  # noqa: BLE001 - the reader boundary: any failure is corruption
             errors.append(_reader_error(exc))  # the rows read so far keep their findings
+            break
+        if chunk is None:
             break
         try:
             _check_chunk(chunk, schema, col, profiler, run)
