@@ -7,6 +7,7 @@ import struct
 import tarfile
 import warnings
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -303,3 +304,51 @@ def test_read_bytes_whole_file_or_refused_above_limit(size: int, tmp_path: Path)
             read_bytes(str(path), limit=size - 1)
     with pytest.raises(FileNotFoundError):
         read_bytes(str(tmp_path / "missing.jpg"))
+
+
+def _outcome(fn: Callable[[], object]) -> tuple[str, str] | None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def _damaged(data: bytes, rng: np.random.Generator) -> bytes:
+    out = bytearray(data)
+    kind = rng.integers(4)
+    if kind == 0:  # a flipped byte anywhere
+        out[rng.integers(len(out))] ^= 1 << int(rng.integers(8))
+    elif kind == 1:  # cut short anywhere
+        del out[rng.integers(len(out)) :]
+    elif kind == 2:  # a chunk length that says more (or less) than the chunk holds
+        at = out.index(b"IDAT") - 4
+        out[at : at + 4] = struct.pack(">I", int(rng.integers(0, 2 * len(out))))
+    else:  # bytes after IEND, which no check reads
+        out += rng.integers(0, 255, int(rng.integers(1, 9)), dtype=np.uint8).tobytes()
+    return bytes(out)
+
+
+def test_png_crc_check_says_what_pillow_verify_says() -> None:
+    """Every damaged copy Pillow still opens gets the outcome of Pillow's own verify()."""
+    from datacheck.formats._image import _png_crcs
+
+    frames = [Image.open(io.BytesIO(image_bytes("PNG", (24, 16 + i)))) for i in range(3)]
+    buf = io.BytesIO()
+    frames[0].save(buf, "PNG", save_all=True, append_images=frames[1:])  # an APNG
+    bases = [image_bytes("PNG"), image_bytes("PNG", mode="L"), buf.getvalue(), warning_png()]
+    rng = np.random.default_rng(11)
+    compared = {"ok": 0, "bad": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow warns about some of the damage
+        for base in bases:
+            for _ in range(200):
+                data = _damaged(base, rng)
+                try:
+                    im = Image.open(io.BytesIO(data))
+                except Exception:  # noqa: BLE001, S112 - not a PNG any more: not compared
+                    continue
+                expected = _outcome(im.verify)
+                assert _outcome(lambda data=data: _png_crcs(data)) == expected, data
+                compared["ok" if expected is None else "bad"] += 1
+    assert compared["ok"] > 100 and compared["bad"] > 200, compared
