@@ -9,7 +9,7 @@ them truncated, then, in ONE run, times each variant in a fresh subprocess (the 
    ``Image.open(...).load()`` (the decode a DataLoader worker does), ``imap_unordered`` with
    chunks of 32 files;
 2. scan:  ``datacheck.scan(folder, executor="processes", workers=--workers)``: every image
-   decoded in crash-isolated workers (small units queued several deep per worker), report and
+   decoded in crash-isolated workers (small units sent in jobs of up to 64), report and
    manifest written; both truncated files must be ``corrupt``.
 
 Both variants include starting their worker processes.  Results: ``results/images.json``.
