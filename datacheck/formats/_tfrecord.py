@@ -8,20 +8,19 @@ file is still read.  Records that parse as ``tf.train.Example`` (a few lines of 
 format, parsed here) have their float features checked for NaN/Inf and their image bytes
 (JPEG/PNG/...) fully decoded, findings at the record's row, column = the feature name.
 
-CRC32C comes from ``google-crc32c`` (the ``media`` extra: a small C extension maintained by
-Google for its storage clients, with its own pure-Python fallback); without it, a table-driven
-pure-Python CRC is used (correct, about 100x slower).
+The framing, the checksums and the protobuf wire format are read by :mod:`datacheck._tfrecord`
+(shared with ``datacheck logs``, which reads TensorBoard event files: TFRecord files too).
 """
 
 from __future__ import annotations
 
 import gzip
-import struct
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import numpy as np
 
+from datacheck._tfrecord import FramingError, crc32c, fields, masked_crc, read_body, read_header
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, memory_budget, mib, register
@@ -31,8 +30,6 @@ from datacheck.schema._media import ImageRules, media_rules
 
 __all__ = ["TfRecordFormat", "crc32c", "masked_crc", "parse_example"]
 
-MAX_RECORD_BYTES = 1 << 30
-"""Largest record read (a length above it is treated as damage)."""
 RECORDS_PER_CHUNK = 1024
 _IMAGE_MAGIC = (
     *(b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF", b"BM", b"II*\x00", b"MM\x00*"),
@@ -40,78 +37,9 @@ _IMAGE_MAGIC = (
 """Bytes features that start like an image (JPEG, PNG, GIF, WebP, BMP, TIFF) are decoded."""
 
 
-def _crc_table() -> list[int]:
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE: list[int] | None = None
-
-
-def crc32c(data: bytes) -> int:
-    """CRC32C (Castagnoli) of ``data``."""
-    try:
-        import google_crc32c
-    except ModuleNotFoundError:
-        global _TABLE
-        table = _TABLE = _TABLE or _crc_table()
-        crc = 0xFFFFFFFF
-        for b in data:
-            crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-        return crc ^ 0xFFFFFFFF
-    return int(google_crc32c.value(data))
-
-
-def masked_crc(data: bytes) -> int:
-    """TFRecord's masked CRC32C."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        pos += 1
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of a protobuf message; bytes for length-delimited."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        num, wire = key >> 3, key & 7
-        value: int | bytes
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = buf[pos : pos + 8], pos + 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            value, pos = buf[pos : pos + n], pos + n
-        elif wire == 5:
-            value, pos = buf[pos : pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > len(buf):
-            raise ValueError("field runs past the end of the message")
-        yield num, wire, value
-
-
 def _floats(feature: bytes) -> np.ndarray:
     # packed (wire type 2) or one float per field (wire type 5): little-endian float32 either way
-    parts = [np.frombuffer(v, "<f4") for n, w, v in _fields(feature) if n == 1 and w in (2, 5)]
+    parts = [np.frombuffer(v, "<f4") for n, w, v in fields(feature) if n == 1 and w in (2, 5)]
     return np.concatenate(parts) if parts else np.empty(0, np.float32)
 
 
@@ -122,19 +50,19 @@ def parse_example(record: bytes) -> dict[str, tuple[str, Any]] | None:
     """
     try:
         out: dict[str, tuple[str, Any]] = {}
-        for num, wire, features in _fields(record):
+        for num, wire, features in fields(record):
             if num != 1 or wire != 2:
                 return None
-            for fnum, fwire, entry in _fields(features):
+            for fnum, fwire, entry in fields(features):
                 if fnum != 1 or fwire != 2:
                     return None
-                fields = {n: v for n, w, v in _fields(entry) if w == 2}
-                name, feature = fields.get(1, b"").decode("utf-8"), fields.get(2, b"")
-                for kind, body in ((n, v) for n, w, v in _fields(feature) if w == 2):
+                parts = {n: v for n, w, v in fields(entry) if w == 2}
+                name, feature = parts.get(1, b"").decode("utf-8"), parts.get(2, b"")
+                for kind, body in ((n, v) for n, w, v in fields(feature) if w == 2):
                     if kind == 2:
                         out[name] = ("float", _floats(body))
                     elif kind == 1:
-                        out[name] = ("bytes", [v for n, w, v in _fields(body) if n == 1])
+                        out[name] = ("bytes", [v for n, w, v in fields(body) if n == 1])
         return out
     except (ValueError, UnicodeDecodeError):
         return None
@@ -161,13 +89,6 @@ def _example_findings(path: str, row: int, record: bytes, rules: ImageRules) -> 
     return out
 
 
-def _read(fh: IO[bytes], n: int, what: str, at: int) -> bytes:
-    data = fh.read(n)
-    if len(data) != n:
-        raise TensorFileError(f"truncated: {what} at byte {at} needs {n} bytes, {len(data)} left")
-    return data
-
-
 def _records(
     fh: IO[bytes], path: str, rules: ImageRules, size: int | None, budget: float
 ) -> Iterator[SampleChunk]:
@@ -175,28 +96,20 @@ def _records(
     ``budget``: the largest record read (:func:`datacheck.formats.memory_budget`)."""
     row, pos, start = 0, 0, 0
     found: list[Finding] = []
-    while head := fh.read(12):
-        if len(head) < 12:
-            raise TensorFileError(f"truncated: record {row} header at byte {pos} is cut short")
-        length, length_crc = struct.unpack("<QI", head)
-        if masked_crc(head[:8]) != length_crc:
-            raise TensorFileError(
-                f"record {row} at byte {pos}: length checksum mismatch (framing lost from here)"
-            )
-        if length > MAX_RECORD_BYTES or (size is not None and pos + 16 + length > size):
-            raise TensorFileError(
-                f"truncated: record {row} at byte {pos} claims {length} bytes, past the end"
-                if size is not None and length <= MAX_RECORD_BYTES
-                else f"record {row}: length {length} above the 1 GiB record limit"
-            )
-        if length > budget:  # read whole to be checked: refused before allocating
-            raise TensorFileError(
-                f"record {row}: {length} bytes, over the {mib(budget)} a unit may decode at "
-                "once (raise --unit-memory-mb to read it)"
-            )
-        data = _read(fh, length, f"record {row}", pos)
-        (data_crc,) = struct.unpack("<I", _read(fh, 4, f"record {row} checksum", pos))
-        if masked_crc(data) != data_crc:
+    while True:
+        try:
+            length = read_header(fh, row, pos, size)
+            if length is None:
+                break
+            if length > budget:  # read whole to be checked: refused before allocating
+                raise TensorFileError(
+                    f"record {row}: {length} bytes, over the {mib(budget)} a unit may decode "
+                    "at once (raise --unit-memory-mb to read it)"
+                )
+            data, intact = read_body(fh, length, row, pos)
+        except FramingError as exc:
+            raise TensorFileError(str(exc)) from None
+        if not intact:
             msg = "data checksum mismatch: the record is damaged"
             found.append(Finding(path, "corrupt", Severity.ERROR, msg, "record", row))
         else:
