@@ -125,7 +125,7 @@ def read_body(fh: IO[bytes], length: int, row: int, pos: int) -> tuple[bytes, bo
     return data, masked_crc(data) == data_crc
 
 
-def varint(buf: bytes, pos: int) -> tuple[int, int]:
+def varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """A protobuf base-128 varint at ``pos``: (value, position after it)."""
     result = shift = 0
     while True:
@@ -139,7 +139,7 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value) of a protobuf message: an int for varints, bytes for
     the others (8 for 64-bit, 4 for 32-bit, the body for length-delimited).
 
@@ -149,7 +149,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     while pos < len(buf):
         key, pos = varint(buf, pos)
         num, wire = key >> 3, key & 7
-        value: int | bytes
+        value: Any
         if wire == 0:
             value, pos = varint(buf, pos)
         elif wire == 1:
