@@ -57,20 +57,27 @@ def _crc_table() -> list[int]:
 
 
 _TABLE: list[int] | None = None
+_FAST: Any = None
+"""``google_crc32c.value`` once looked up; False without it."""
 
 
 def crc32c(data: bytes) -> int:
     """CRC32C (Castagnoli) of ``data``."""
-    try:
-        import google_crc32c
-    except ModuleNotFoundError:
-        global _TABLE
-        table = _TABLE = _TABLE or _crc_table()
-        crc = 0xFFFFFFFF
-        for b in data:
-            crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-        return crc ^ 0xFFFFFFFF
-    return int(google_crc32c.value(data))
+    global _FAST, _TABLE
+    if _FAST is None:
+        try:
+            import google_crc32c
+        except ModuleNotFoundError:
+            _FAST = False
+        else:
+            _FAST = google_crc32c.value
+    if _FAST:
+        return int(_FAST(data))
+    table = _TABLE = _TABLE or _crc_table()
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
 
 
 def masked_crc(data: bytes) -> int:

@@ -37,6 +37,8 @@ from datacheck.history._table import MISSING, Columns, Table, is_eval_key, norm_
 __all__ = ["event_files", "read_tensorboard"]
 
 _STAMP = re.compile(r"tfevents\.(\d+)")
+_DIGITS = re.compile(r"(\d+)")
+_F32 = struct.Struct("<f")
 _SHOWN = 3
 """Byte offsets listed in a damage note (the count says how many more)."""
 
@@ -59,16 +61,35 @@ _DTYPES: dict[int, tuple[str, int]] = {
 
 
 def event_files(path: Path) -> list[Path]:
-    """The event files of a file or a run folder, oldest first."""
+    """The event files of a file or a run folder, oldest first (by the time in the name)."""
     if path.is_file():
         return [path]
     files = [p for p in path.rglob("*") if "tfevents" in p.name and p.is_file()]
 
-    def order(p: Path) -> tuple[int, str]:
+    def order(p: Path) -> tuple[int, str, list[int | str]]:
+        # within a second, the writer's counter: numbers compared as numbers (9 before 10)
         m = _STAMP.search(p.name)
-        return (int(m.group(1)) if m else 0, str(p))
+        name = [int(t) if i % 2 else t for i, t in enumerate(_DIGITS.split(p.name))]
+        return (int(m.group(1)) if m else 0, str(p.parent), name)
 
     return sorted(files, key=order)
+
+
+def _simple(record: bytes | memoryview) -> tuple[int, bytes, bytes] | None:
+    """(step, tag, 4 bytes of float) of an Event holding one ``simple_value`` and nothing else,
+    laid out as protobuf writes it (wall_time 1, step 2, summary 5 > value 1 > tag 1,
+    simple_value 2; one-byte lengths); None for any other event (read field by field)."""
+    n = len(record)
+    if n < 22 or record[0] != 0x09 or record[9] != 0x10 or record[n - 5] != 0x15:
+        return None
+    step, pos = varint(record, 10)
+    if pos + 6 > n or record[pos] != 0x2A or record[pos + 2] != 0x0A or record[pos + 4] != 0x0A:
+        return None
+    size, inner, value, tag = record[pos + 1], record[pos + 3], record[pos + 5], pos + 6
+    if (size, inner, value) != (n - pos - 2, n - pos - 4, n - pos - 11) or size > 0x7F:
+        return None
+    step = step - (1 << 64) if step >= 1 << 63 else step
+    return step, bytes(record[tag : n - 5]), bytes(record[n - 4 :])
 
 
 def _bits16(fmt: str, bits: int) -> float:
@@ -159,11 +180,14 @@ class _FileReader:
         if tag is None or (key := self._key(tag)) is None:
             return
         if simple is not None:
-            reading = float(struct.unpack("<f", simple)[0])
+            reading = float(_F32.unpack(simple)[0])
         elif tensor is not None and self.plugins.get(tag) == b"scalars":
             reading = _tensor_scalar(tensor)
         else:
             return
+        self._keep(key, step, reading)
+
+    def _keep(self, key: str, step: int, reading: float) -> None:
         steps, values = self.series.get(key) or self.series.setdefault(
             key, (array("q"), array("d"))
         )
@@ -172,6 +196,11 @@ class _FileReader:
 
     def event(self, record: bytes | memoryview) -> None:
         """Keep the wanted scalars of one ``Event``; ValueError if it does not decode."""
+        if (fast := _simple(record)) is not None:  # SummaryWriter's shape: one simple_value
+            step, tag, simple = fast
+            if (key := self._key(tag)) is not None:
+                self._keep(key, step, float(_F32.unpack(simple)[0]))
+            return
         step, summary = 0, None
         for num, wire, value in fields(record):
             if num == 2 and wire == 0:

@@ -14,7 +14,7 @@ from _mediakit import varint
 
 from datacheck import _logs
 from datacheck.history._table import MISSING
-from datacheck.history._tensorboard import read_tensorboard
+from datacheck.history._tensorboard import event_files, read_tensorboard
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
@@ -80,6 +80,20 @@ def test_newest_file_wins_for_a_step(tmp_path):
     _summary_writer(run, range(5, 8), ".b", loss=100.0)
     got = _series(read_tensorboard(run, set()), "loss")
     assert got == {s: pytest.approx((100.0 if 5 <= s < 8 else 1.0) / (s + 1)) for s in range(10)}
+
+
+def test_files_of_one_second_in_the_order_they_were_written(tmp_path):
+    names = ["events.out.tfevents.17.h.5.10.b", "events.out.tfevents.17.h.5.9.a"]
+    names += ["events.out.tfevents.16.h.5.11"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in event_files(tmp_path)] == [names[2], names[1], names[0]]
+
+
+def test_negative_steps(tmp_path):
+    value = ld(1, b"loss") + b"\x15" + struct.pack("<f", 0.5)
+    path = _records(tmp_path / "events.out.tfevents.1.h", [_event(-3 + (1 << 64), value)])
+    assert _series(read_tensorboard(path, set()), "loss") == {-3: 0.5}
 
 
 # --- TF2: tf.summary.scalar writes a rank-0 tensor under the "scalars" plugin ----------------
