@@ -257,6 +257,10 @@ class _FileReader:
 def _merged(parts: list[tuple[array[int], array[float]]]) -> tuple[np.ndarray, np.ndarray]:
     """One key's readings from every file (oldest first), by step, the newest reading of a
     step kept (a stable sort keeps file order within a step)."""
+    if len(parts) == 1:  # no copy when the steps only go up (one file, as written)
+        steps, values = np.frombuffer(parts[0][0], np.int64), np.frombuffer(parts[0][1])
+        if bool((steps[1:] > steps[:-1]).all()):
+            return steps, values
     steps = np.concatenate([np.frombuffer(s, np.int64) for s, _ in parts])
     values = np.concatenate([np.frombuffer(v, np.float64) for _, v in parts])
     order = np.argsort(steps, kind="stable")
@@ -264,6 +268,12 @@ def _merged(parts: list[tuple[array[int], array[float]]]) -> tuple[np.ndarray, n
     last = np.ones(len(steps), bool)
     last[:-1] = steps[1:] != steps[:-1]
     return steps[last], values[last]
+
+
+def _array(values: np.ndarray) -> array[float]:
+    out = array("d")
+    out.frombytes(np.ascontiguousarray(values, np.float64).data.cast("B"))
+    return out
 
 
 def _columns(cols: Columns, series: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -274,12 +284,15 @@ def _columns(cols: Columns, series: dict[str, tuple[np.ndarray, np.ndarray]]) ->
     steps = np.unique(np.concatenate([s for s, _ in series.values()]))
     seen = list(series)
     keys = sorted(seen, key=lambda k: (int(series[k][0][0]), seen.index(k)))
-    cols.cols["step"] = array("d", steps.astype(np.float64).tobytes())
+    cols.cols["step"] = _array(steps.astype(np.float64))
     for key in keys:
         at, values = series[key]
+        if len(at) == len(steps):  # a reading at every step
+            cols.cols[key] = _array(values)
+            continue
         col = np.full(len(steps), MISSING)
         col[np.searchsorted(steps, at)] = values
-        cols.cols[key] = array("d", col.tobytes())
+        cols.cols[key] = _array(col)
     cols.n = len(steps)
 
 
