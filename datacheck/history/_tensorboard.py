@@ -167,7 +167,7 @@ class _FileReader:
         return self.keys[tag]
 
     def _value(self, step: int, value: memoryview) -> None:
-        tag = simple = tensor = None
+        tag = simple = tensor = metadata = None
         for num, wire, data in fields(value):
             if num == 1 and wire == 2:
                 tag = bytes(data)
@@ -175,9 +175,13 @@ class _FileReader:
                 simple = data
             elif num == 8 and wire == 2:
                 tensor = data
-            elif num == 9 and wire == 2 and tag is not None and tag not in self.plugins:
-                self.plugins[tag] = _plugin(data)
-        if tag is None or (key := self._key(tag)) is None:
+            elif num == 9 and wire == 2:
+                metadata = data
+        if tag is None:
+            return
+        if metadata is not None and tag not in self.plugins:
+            self.plugins[tag] = _plugin(metadata)
+        if (key := self._key(tag)) is None:
             return
         if simple is not None:
             reading = float(_F32.unpack(simple)[0])
