@@ -285,7 +285,11 @@ def _columns(cols: Columns, series: dict[str, tuple[np.ndarray, np.ndarray]]) ->
     in the order a row-by-row reader meets them (by first step, then as first read)."""
     if not series:
         return
-    steps = np.unique(np.concatenate([s for s, _ in series.values()]))
+    first = next(iter(series.values()))[0]
+    if all(np.array_equal(at, first) for at, _ in series.values()):  # logged together
+        steps = first
+    else:
+        steps = np.unique(np.concatenate([s for s, _ in series.values()]))
     seen = list(series)
     keys = sorted(seen, key=lambda k: (int(series[k][0][0]), seen.index(k)))
     cols.cols["step"] = _array(steps.astype(np.float64))

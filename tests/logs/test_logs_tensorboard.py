@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import struct
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -228,3 +229,39 @@ def test_damage_is_in_the_logs_output(tmp_path):
     hist = _logs.read_history(path.parent)
     text = _logs.render_text(hist, _logs.analyze(hist))
     assert f"note: '{path}': the last record, at byte {offsets[-1]}, is cut short" in text
+
+
+# --- memory: 16 bytes a reading while reading, the history's 8-byte columns after ------------
+
+
+def _many(path: Path, n: int) -> Path:
+    from datacheck._tfrecord import masked_crc
+
+    out = bytearray()
+    for s in range(n):
+        for tag in (b"train/loss", b"train/grad_norm"):
+            e = _event(s, ld(1, tag) + b"\x15" + struct.pack("<f", 1.0 + s % 7))
+            head = struct.pack("<Q", len(e))
+            out += head + struct.pack("<I", masked_crc(head)) + e
+            out += struct.pack("<I", masked_crc(e))
+    path.write_bytes(out)
+    return path
+
+
+def _peak(path: Path) -> int:
+    tracemalloc.start()
+    try:
+        table = read_tensorboard(path, set())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert table.notes == []
+    return peak
+
+
+def test_memory_per_reading(tmp_path):
+    small, large = 5_000, 45_000
+    grown = _peak(_many(tmp_path / "events.out.tfevents.2.h", large))
+    grown -= _peak(_many(tmp_path / "events.out.tfevents.1.h", small))
+    per_reading = grown / (2 * (large - small))
+    assert per_reading < 40, per_reading  # ~29 measured; EventAccumulator took ~250
