@@ -265,3 +265,22 @@ def test_memory_per_reading(tmp_path):
     grown -= _peak(_many(tmp_path / "events.out.tfevents.1.h", small))
     per_reading = grown / (2 * (large - small))
     assert per_reading < 40, per_reading  # ~29 measured; EventAccumulator took ~250
+
+
+def test_every_flipped_byte_and_every_cut_is_reported(tmp_path):
+    clean = _summary_writer(tmp_path / "clean", range(8), loss=1.0)
+    data = clean.read_bytes()
+    bounds = set(_offsets(data)) | {len(data)}
+    path = tmp_path / "run" / "events.out.tfevents.1.host"
+    path.parent.mkdir()
+    for at in range(len(data)):
+        damaged = bytearray(data)
+        damaged[at] ^= 0x20
+        path.write_bytes(bytes(damaged))
+        table = read_tensorboard(path, set())
+        assert len(table.notes) == 1 and "byte" in table.notes[0], at
+        assert table.train.n >= 7 or "not read" in table.notes[0], at  # one record lost at most
+    for cut in range(1, len(data)):
+        path.write_bytes(data[:cut])
+        table = read_tensorboard(path, set())
+        assert (table.notes == []) == (cut in bounds), cut  # a cut between records is an end
