@@ -129,7 +129,7 @@ def _tensor_scalar(buf: bytes) -> float:
     fmt, num = _DTYPES[dtype]
     if content:
         if fmt in ("bf16", "<e"):
-            return _bits16(fmt, int.from_bytes(content[:2], "little"))
+            return _bits16(fmt, struct.unpack("<H", content)[0])
         return float(struct.unpack(fmt, content)[0])
     if num not in vals:
         raise ValueError(f"a 'scalars' tensor of dtype {dtype} without a value")
@@ -166,7 +166,8 @@ class _FileReader:
             self.keys[tag] = key if key != "step" and self.wanted.wanted(key) else None
         return self.keys[tag]
 
-    def _value(self, step: int, value: memoryview) -> None:
+    def _value(self, value: memoryview) -> tuple[str, float] | None:
+        """(key, reading) of a wanted scalar ``Summary.Value``, else None."""
         tag = simple = tensor = metadata = None
         for num, wire, data in fields(value):
             if num == 1 and wire == 2:
@@ -178,18 +179,16 @@ class _FileReader:
             elif num == 9 and wire == 2:
                 metadata = data
         if tag is None:
-            return
+            return None
         if metadata is not None and tag not in self.plugins:
             self.plugins[tag] = _plugin(metadata)
         if (key := self._key(tag)) is None:
-            return
+            return None
         if simple is not None:
-            reading = float(_F32.unpack(simple)[0])
-        elif tensor is not None and self.plugins.get(tag) == b"scalars":
-            reading = _tensor_scalar(tensor)
-        else:
-            return
-        self._keep(key, step, reading)
+            return key, float(_F32.unpack(simple)[0])
+        if tensor is not None and self.plugins.get(tag) == b"scalars":
+            return key, _tensor_scalar(tensor)
+        return None
 
     def _keep(self, key: str, step: int, reading: float) -> None:
         steps, values = self.series.get(key) or self.series.setdefault(
@@ -211,10 +210,10 @@ class _FileReader:
                 step = value - (1 << 64) if value >= 1 << 63 else value
             elif num == 5 and wire == 2:
                 summary = value
-        if summary is not None:
-            for num, wire, value in fields(summary):
-                if num == 1 and wire == 2:
-                    self._value(step, value)
+        if summary is not None:  # all of the event's values or none of them
+            found = [self._value(v) for num, wire, v in fields(summary) if num == 1 and wire == 2]
+            for key, reading in filter(None, found):
+                self._keep(key, step, reading)
 
     def read(self) -> None:
         """Read the file record by record; damage goes to ``notes``."""

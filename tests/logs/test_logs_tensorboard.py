@@ -159,6 +159,18 @@ def test_tf2_tensor_scalars(tmp_path):
     assert "lr" not in table.train.cols and table.notes == []
 
 
+def test_a_scalars_tensor_that_is_no_scalar_is_a_note_and_its_event_is_skipped(tmp_path):
+    good = _tensor_value("loss", _tensor(1, struct.pack("<f", 0.5)), "scalars")
+    bad = _tensor_value("grad_norm", _tensor(1, bytes(8), dims=(2,)), "scalars")
+    path = tmp_path / "events.out.tfevents.1.h"
+    both = b"\x10\x01" + ld(5, ld(1, good) + ld(1, bad))  # step 1: two values in one event
+    _records(path, [_event(0, good), both, _event(2, good)])
+    table = read_tensorboard(path, set())
+    assert _series(table, "loss") == {0: 0.5, 2: 0.5} and "grad_norm" not in table.train.cols
+    (note,) = table.notes
+    assert "(does not decode: a 'scalars' tensor of dtype 1 with 2 elements) at byte" in note
+
+
 # --- damage: a note naming the file and the byte, the readings around it kept ---------------
 
 
