@@ -239,10 +239,14 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
     )
     journal = tmp_path / JOURNAL
     deadline = time.monotonic() + 120
+    # The journal holds the lines of quick units and writes them together (every 0.2 s, or
+    # once they took 20 ms of work): on a quiet machine the rest of the scan can end inside
+    # one such batch, so the signal goes at the first line written.
     while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and len(journal.read_text().splitlines()) >= 4:  # header + 3 units
+        if journal.exists() and len(journal.read_text().splitlines()) >= 2:  # header + a unit
             break
-        time.sleep(0.05)
+        time.sleep(0.005)
+    assert proc.poll() is None, "the scan ended before it could be interrupted"
     children = psutil.Process(proc.pid).children(recursive=True)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C does: the whole group
@@ -255,7 +259,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
     assert _all_gone(children), "local workers outlived the interrupted scan"
     assert not (tmp_path / "report.json").exists()
     done = len(journal.read_text().splitlines()) - 1
-    assert 3 <= done < SHARDS
+    assert 1 <= done < SHARDS
     resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 1, resumed.stderr
     assert comparable(tmp_path) == comparable(clean)
