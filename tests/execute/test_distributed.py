@@ -221,6 +221,12 @@ def _all_gone(procs: list[psutil.Process], timeout: float = 30) -> bool:
     return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C's default action in the scan, as in a terminal: a test run started in the
+    background by a non-interactive shell has SIGINT ignored, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("sig", "code", "said", "executor"),
     [
@@ -235,7 +241,12 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
 ) -> None:
     cmd = _scan_cmd(shards, tmp_path, executor)
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )
     journal = tmp_path / JOURNAL
     deadline = time.monotonic() + 120
