@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from datacheck._tfrecord import FramingError, crc32c, fields, masked_crc, read_body, read_header
+from datacheck._tfrecord import FramingError, fields, read_body, read_header
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, memory_budget, mib, register
@@ -28,7 +28,7 @@ from datacheck.formats._image import DecodeError, check_image
 from datacheck.formats._tensor_common import SampleChunk, TensorFileError
 from datacheck.schema._media import ImageRules, media_rules
 
-__all__ = ["TfRecordFormat", "crc32c", "masked_crc", "parse_example"]
+__all__ = ["TfRecordFormat", "parse_example"]
 
 RECORDS_PER_CHUNK = 1024
 _IMAGE_MAGIC = (

@@ -13,7 +13,8 @@ from PIL import Image
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 import datacheck
-from datacheck.formats._tfrecord import crc32c, parse_example
+from datacheck._tfrecord import crc32c
+from datacheck.formats._tfrecord import parse_example
 
 
 def jpeg() -> bytes:
@@ -110,7 +111,7 @@ def test_a_record_over_the_memory_budget_is_refused_before_reading(tmp_path: Pat
     import struct
     import zlib
 
-    from datacheck.formats._tfrecord import masked_crc
+    from datacheck._tfrecord import masked_crc
 
     n = 80 << 20
     head = struct.pack("<Q", n)

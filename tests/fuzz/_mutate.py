@@ -148,7 +148,7 @@ def _compress(codec: str, data: bytes) -> bytes:
 
 def fix_tfrecord(data: bytes) -> bytes:
     """Recompute the checksums of every TFRecord frame whose length still fits."""
-    from datacheck.formats._tfrecord import masked_crc
+    from datacheck._tfrecord import masked_crc
 
     out, pos = bytearray(data), 0
     while pos + 12 <= len(out):

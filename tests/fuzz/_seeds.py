@@ -205,7 +205,7 @@ def _example(x: list[float], blob: bytes) -> bytes:
 
 
 def _tfrecord(records: list[bytes]) -> bytes:
-    from datacheck.formats._tfrecord import masked_crc
+    from datacheck._tfrecord import masked_crc
 
     out = b""
     for r in records:
@@ -315,7 +315,7 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 
 def _bombs() -> dict[str, bytes | dict[str, bytes]]:
     """Decompression bombs and lying headers: small files that declare or inflate to GiBs."""
-    from datacheck.formats._tfrecord import masked_crc
+    from datacheck._tfrecord import masked_crc
 
     mib = 768
     head = struct.pack("<Q", mib << 20)
