@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +14,15 @@ import pyarrow.csv as pacsv
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
+
+# MosaicML streaming imports torchvision; PyPI has none for the CPU torch the tests pin, so a
+# stand-in goes on the path (this process and its children) only where none is installed.
+_SHIMS = str(Path(__file__).parent / "_shims")
+if importlib.util.find_spec("torchvision") is None:
+    sys.path.append(_SHIMS)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH"), _SHIMS) if p
+    )
 
 TABULAR_FORMATS = ("parquet", "csv", "arrow", "jsonl")
 EXT = {"parquet": ".parquet", "csv": ".csv", "arrow": ".arrow", "jsonl": ".jsonl"}
