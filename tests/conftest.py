@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import sys
@@ -15,14 +15,13 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-# MosaicML streaming imports torchvision; PyPI has none for the CPU torch the tests pin, so a
-# stand-in goes on the path (this process and its children) only where none is installed.
+# MosaicML streaming imports torchvision for its vision datasets; PyPI has none for the CPU
+# torch the tests pin, so streaming's vision subpackage is made empty in this process and its
+# children where torchvision is missing (tests/_shims/README.md).
 _SHIMS = str(Path(__file__).parent / "_shims")
-if importlib.util.find_spec("torchvision") is None:
-    sys.path.append(_SHIMS)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH"), _SHIMS) if p
-    )
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), _SHIMS) if p)
+sys.path.append(_SHIMS)
+importlib.import_module("sitecustomize").install()
 
 TABULAR_FORMATS = ("parquet", "csv", "arrow", "jsonl")
 EXT = {"parquet": ".parquet", "csv": ".csv", "arrow": ".arrow", "jsonl": ".jsonl"}
