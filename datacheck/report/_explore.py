@@ -38,6 +38,8 @@ __all__ = [
     "SEVERITIES",
     "exclusion_list",
     "flagged_rows",
+    "gate_reason",
+    "gated_files",
     "reader_options",
     "resolve_path",
     "row_sites",
@@ -115,6 +117,56 @@ def row_sites(report: ReportData, path: str | None = None, severity: str | None 
     table = pq.read_table(report.manifest_path, columns=cols, filters=filters or None)
     table = table.cast(pa.schema([(c, pa.int64() if c == "row" else pa.string()) for c in cols]))
     return table.filter(pc.is_valid(table["row"]))
+
+
+def _whole_file_sites(report: ReportData, severities: tuple[str, ...]) -> pa.Table:
+    """File- and column-level findings (row null) at one of ``severities``: path, column,
+    check, value."""
+    cols = ["path", "column", "check", "value"]
+    if not report.manifest_path.exists():
+        return pa.table({c: pa.array([], pa.string()) for c in cols})
+    where = pc.field("row").is_null() & pc.field("severity").isin(list(severities))
+    table = pq.read_table(report.manifest_path, columns=cols, filters=where)
+    return table.cast(pa.schema([(c, pa.string()) for c in cols]))
+
+
+REASON_CHARS = 120
+"""A whole-file finding's message is cut to this many characters in a reason."""
+
+
+def gated_files(report: ReportData, severity: str = "error") -> dict[str, list[tuple[str, str]]]:
+    """The files the gate fails whole: ``corrupt`` files and files with a file- or
+    column-level finding (``schema``, ``drift``, ``unnormalized``, ...) at or above
+    ``severity``; no row of them may be trained on.
+
+    Returns:
+        path -> its whole-file findings as (label, message): ``("x0: drift", "mean 1500 is
+        ...")``; a corrupt file's one entry is ``("corrupt", <the reader's error>)``.
+    """
+    severities = _severities(severity)
+    out: dict[str, list[tuple[str, str]]] = {}
+    corrupt = {e["path"] for e in report.data["files"] if e["status"] == "corrupt"}
+    for e in report.data["files"]:
+        if e["path"] in corrupt:
+            out[e["path"]] = [("corrupt", str(e.get("error") or ""))]
+    sites = _whole_file_sites(report, severities)
+    columns = (sites[c].to_pylist() for c in sites.column_names)
+    for path, col, check, value in zip(*columns, strict=True):
+        if path not in corrupt:  # a corrupt file's reader error says it all
+            out.setdefault(path, []).append((f"{col}: {check}" if col else check, value or ""))
+    return {p: list(dict.fromkeys(v)) for p, v in out.items()}
+
+
+def gate_reason(found: list[tuple[str, str]]) -> str:
+    """``"x0: drift (mean 1500 is ...); embedding: schema (column missing)"``: why a file
+    goes whole, each message cut to :data:`REASON_CHARS`."""
+
+    def one(label: str, message: str) -> str:
+        if len(message) > REASON_CHARS:
+            message = message[: REASON_CHARS - 3] + "..."
+        return f"{label}: {message}" if label == "corrupt" else f"{label} ({message})"
+
+    return "; ".join(one(label, message) if message else label for label, message in found)
 
 
 def _checks_by_row(sites: pa.Table) -> dict[int, str]:
@@ -233,15 +285,19 @@ def exclusion_list(
 
     Returns:
         A DataFrame with ``path``, ``row``, ``index`` (row offset of the file in ``order``
-        plus ``row``; null for files outside ``order``) and ``checks``, one row per flagged
-        row. Pass it to ``datacheck.torch.indices_from_scan(df, df)`` or use
-        ``set(df["index"])`` as ``GuardedLoader(exclude=...)``. Corrupt files hold no rows
-        here: they are in ``report.files`` with status ``corrupt``.  Rows per file:
-        ``df.groupby("path").size()``.
+        plus ``row``; null for files outside ``order``) and ``checks``, one row per excluded
+        row. A file the gate fails whole (see :func:`gated_files`: a ``drift``, ``schema``
+        or ``unnormalized`` finding at or above ``severity``) is listed whole, every one of
+        its rows, ``checks`` naming the whole-file findings first; a ``corrupt`` file, whose
+        rows are unknown, is one row with ``row`` and ``index`` null and ``checks``
+        ``"corrupt: ..."``. Pass it to ``GuardedLoader(exclude=df)`` (its indices, and the
+        files of its null rows when the dataset lists its files), or use
+        ``set(df["index"].dropna())``. Rows per file: ``df.groupby("path").size()``.
     """
     import pandas as pd
 
     sites = row_sites(report, severity=severity)
+    whole = gated_files(report, severity)
     if order is None:
         files = [e for e in report.data["files"] if e["status"] != "corrupt"]
     else:
@@ -250,31 +306,54 @@ def exclusion_list(
     for e in files:
         offsets[e["path"]] = start
         start += int(e["rows"])
+    listed = dict.fromkeys(sites["path"].to_pylist())
     frames = []
-    for path in dict.fromkeys(sites["path"].to_pylist()):
-        mine = sites.filter(pc.equal(sites["path"], path))
-        checks = _checks_by_row(mine)
+    for e in report.data["files"]:
+        path = e["path"]
+        if path not in listed and path not in whole:
+            continue
+        checks = _checks_by_row(sites.filter(pc.equal(sites["path"], path)))
+        found = whole.get(path)
+        if found is not None and e["status"] == "corrupt":
+            frames.append(_excluded(path, None, None, {}, gate_reason(found)))
+            continue
         rows = np.array(sorted(checks), dtype=np.int64)
-        base = offsets.get(path)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "path": pd.array([path] * len(rows), dtype="string"),
-                    "row": pd.array(rows, dtype="Int64"),
-                    "index": pd.array(
-                        rows + base if base is not None else [None] * len(rows), dtype="Int64"
-                    ),
-                    "checks": pd.array([checks[int(r)] for r in rows], dtype="string"),
-                }
-            )
-        )
-    if not frames:
-        return pd.DataFrame(
-            {
-                "path": pd.array([], dtype="string"),
-                "row": pd.array([], dtype="Int64"),
-                "index": pd.array([], dtype="Int64"),
-                "checks": pd.array([], dtype="string"),
-            }
-        )
-    return pd.concat(frames, ignore_index=True)
+        label = None
+        if found is not None:
+            rows = np.arange(int(e.get("rows") or 0), dtype=np.int64)
+            label = "; ".join(lab for lab, _ in found)
+        frames.append(_excluded(path, rows, offsets.get(path), checks, label))
+    return pd.concat(frames, ignore_index=True) if frames else _excluded("", np.zeros(0, np.int64))
+
+
+def _excluded(
+    path: str,
+    rows: np.ndarray | None,
+    base: int | None = None,
+    checks: dict[int, str] | None = None,
+    whole: str | None = None,
+) -> pd.DataFrame:
+    """One file's rows of the exclusion list. ``whole``: the findings that exclude the whole
+    file, named before each row's own; ``rows`` None: a corrupt file, one row with ``row``
+    and ``index`` null."""
+    import pandas as pd
+
+    checks = checks or {}
+    rows_col: Any
+    index: Any
+    text: list[str | None]
+    if rows is None:
+        rows_col, index, text = [None], [None], [whole]
+    else:
+        own = [checks.get(int(r), "") for r in rows] if checks else [""] * len(rows)
+        text = [f"{whole}; {c}" if whole and c else (whole or c) for c in own]
+        rows_col = rows
+        index = rows + base if base is not None else [None] * len(rows)
+    return pd.DataFrame(
+        {
+            "path": pd.array([path] * len(text), dtype="string"),
+            "row": pd.array(rows_col, dtype="Int64"),
+            "index": pd.array(index, dtype="Int64"),
+            "checks": pd.array(text, dtype="string"),
+        }
+    )

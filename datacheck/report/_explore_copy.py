@@ -1,7 +1,9 @@
 """``Report.clean_copy``: the scanned files without their flagged rows, in the same format.
 
 Clean files are copied byte for byte; flagged files are rewritten one row group / chunk at a
-time; corrupt files are left out.  Which rows go is ``severity`` (see :mod:`._explore`).
+time; files the gate fails whole (corrupt, or a file- or column-level finding such as
+``drift``, ``schema`` or ``unnormalized``) are left out, with the reason.  Which rows and files
+go is ``severity`` (see :mod:`._explore`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pyarrow.compute as pc
 
 from datacheck.errors import UsageError
 from datacheck.formats import get_format
-from datacheck.report._explore import reader_options, row_sites
+from datacheck.report._explore import gate_reason, gated_files, reader_options, row_sites
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,6 +58,7 @@ def _copy_one(
     target: Path,
     drop: np.ndarray,
     options: dict[str, Any],
+    whole: str | None = None,
 ) -> dict[str, Any]:
     row = {
         "path": entry["path"],
@@ -65,8 +68,8 @@ def _copy_one(
         "rows_out": 0,
         "reason": "",
     }
-    if entry["status"] == "corrupt":
-        return {**row, "dest": "", "reason": f"corrupt: {entry.get('error')}"}
+    if whole is not None:  # the gate fails the whole file: none of it is copied
+        return {**row, "dest": "", "reason": whole}
     entry = {**entry, "path": report.local_path(entry)}
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
@@ -106,21 +109,25 @@ def clean_copy(
     """Write every readable scanned file into ``dest`` without its flagged rows.
 
     Files keep their format and their path relative to the scanned folder. Clean files are
-    copied byte for byte; flagged files are rewritten one row group / chunk at a time; corrupt
-    files are left out. Each file is written under a temporary name and renamed when complete.
+    copied byte for byte; flagged files are rewritten one row group / chunk at a time; files
+    the gate fails whole are left out (``skipped``, with the reason): corrupt ones, and those
+    with a file- or column-level finding (``drift``, ``schema``, ``unnormalized``, ...) at or
+    above ``severity``. A rescan of the copy with the same schema and gate passes. Each file
+    is written under a temporary name and renamed when complete.
 
     Args:
         report: the scan's report.
         dest: a new or empty folder (not the scanned one).
-        severity: ``"error"`` (default: drop the rows the gate fails on, keep rows that have
-            only warnings) or ``"warning"`` (drop rows with warnings too).
+        severity: ``"error"`` (default: drop the rows and files the gate fails on, keep
+            those that have only warnings) or ``"warning"`` (drop those with warnings too).
         overwrite: allow a non-empty ``dest`` (files with the same names are replaced).
 
     Returns:
         One row per scanned file: ``path``, ``dest``, ``status`` (``copied`` | ``cleaned`` |
         ``skipped``), ``rows_in``, ``rows_out``, ``rows_dropped``, ``dropped`` (the findings
         behind the dropped rows, ``"x0: nan 2, x2: inf 1"``), ``rows_kept_flagged`` (rows kept
-        that have findings below ``severity``) and ``reason`` (why a file was skipped).
+        that have findings below ``severity``) and ``reason`` (why a file was skipped: its
+        whole-file findings, ``"x0: drift (mean 1500 is ...)"``, or ``"corrupt: ..."``).
     """
     import pandas as pd
 
@@ -130,6 +137,7 @@ def clean_copy(
     _check_dest(dest, root, overwrite)
     sites = row_sites(report, severity=severity)
     every = row_sites(report)
+    whole = {p: gate_reason(found) for p, found in gated_files(report, severity).items()}
     dest.mkdir(parents=True, exist_ok=True)
     options = reader_options(report)
     rows = []
@@ -138,10 +146,11 @@ def clean_copy(
         drop = np.unique(mine["row"].to_numpy()).astype(np.int64)
         flagged = every.filter(pc.equal(every["path"], e["path"]))["row"].to_numpy()
         target = dest / os.path.relpath(os.path.abspath(e["path"]), root)
-        row = _copy_one(report, e, target, drop, options)
+        row = _copy_one(report, e, target, drop, options, whole.get(e["path"]))
         row["rows_dropped"] = row["rows_in"] - row["rows_out"] if row["status"] != "skipped" else 0
         row["dropped"] = _dropped(mine, drop) if row["status"] == "cleaned" else ""
-        row["rows_kept_flagged"] = int(len(np.setdiff1d(np.unique(flagged), drop)))
+        kept = np.setdiff1d(np.unique(flagged), drop) if row["status"] != "skipped" else ()
+        row["rows_kept_flagged"] = len(kept)
         rows.append(row)
     columns = ["path", "dest", "status", "rows_in", "rows_out", "rows_dropped", "dropped"]
     return pd.DataFrame(rows, columns=[*columns, "rows_kept_flagged", "reason"])

@@ -39,7 +39,8 @@ class Report(ReportData):
 
     def exclusion_list(self, order: Any = None, *, severity: str = "error") -> pd.DataFrame:
         """The (path, row, dataset index) triples a loader should skip: rows with a finding
-        at or above ``severity`` (``"error"``, the default, or ``"warning"``).  See
+        at or above ``severity`` (``"error"``, the default, or ``"warning"``), and every row
+        of a file the gate fails whole.  See
         :func:`datacheck.report._explore.exclusion_list`."""
         from datacheck.report._explore import exclusion_list
 
@@ -49,8 +50,9 @@ class Report(ReportData):
         self, dest: str | os.PathLike[str], *, severity: str = "error", overwrite: bool = False
     ) -> pd.DataFrame:
         """Write the scanned files into ``dest`` without their rows that have a finding at or
-        above ``severity`` (``"error"``, the default, or ``"warning"``), same format; returns
-        what was copied and dropped per file.  See
+        above ``severity`` (``"error"``, the default, or ``"warning"``), same format, and
+        without the files the gate fails whole (corrupt; ``drift``, ``schema``,
+        ``unnormalized``); returns what was copied and dropped per file.  See
         :func:`datacheck.report._explore_copy.clean_copy`."""
         from datacheck.report._explore_copy import clean_copy
 

@@ -136,11 +136,11 @@ def resolve_exclude(exclude: Any, paths: SamplePaths) -> set[int]:
     if exclude is None:
         return set()
     if hasattr(exclude, "data") and isinstance(getattr(exclude, "data", None), Mapping):
-        return paths.indices_of(corrupt_files(exclude.data))
+        return paths.indices_of(gated_paths(exclude))
     if isinstance(exclude, str | os.PathLike):
         from datacheck.report import load_report
 
-        return paths.indices_of(corrupt_files(load_report(exclude).data))
+        return paths.indices_of(gated_paths(load_report(exclude)))
     if _is_frame(exclude):
         return _from_frame(exclude, paths)
     items = list(exclude)
@@ -149,9 +149,12 @@ def resolve_exclude(exclude: Any, paths: SamplePaths) -> set[int]:
     return set(as_index_set(numbers)) | paths.indices_of(os.fspath(f) for f in files)
 
 
-def corrupt_files(report: Mapping[str, Any]) -> list[str]:
-    """Paths of the files a scan's ``report.json`` called ``corrupt``."""
-    return [str(f["path"]) for f in report.get("files", []) if f.get("status") == "corrupt"]
+def gated_paths(report: Any) -> list[str]:
+    """Paths of the files a scan's gate fails whole: ``corrupt``, or with an error-level
+    file- or column-level finding (``drift``, ``schema``, ``unnormalized``, ...)."""
+    from datacheck.report._explore import gated_files
+
+    return list(gated_files(report))
 
 
 def _is_frame(x: Any) -> bool:
@@ -159,9 +162,15 @@ def _is_frame(x: Any) -> bool:
 
 
 def _from_frame(df: Any, paths: SamplePaths) -> set[int]:
-    """An ``exclusion_list()`` DataFrame: its ``index`` column; else its ``path`` column."""
+    """An ``exclusion_list()`` DataFrame: its ``index`` column, and the files of its rows
+    without one that name no row (corrupt files) when the dataset lists its files; else its
+    ``path`` column."""
     if "index" in df.columns:
-        return set(as_index_set(df["index"].dropna().tolist()))
+        found = set(as_index_set(df["index"].dropna().tolist()))
+        if "row" in df.columns and "path" in df.columns and paths:
+            whole = df.loc[df["row"].isna() & df["index"].isna(), "path"].dropna()
+            found |= paths.indices_of(whole.astype(str).tolist())
+        return found
     if "path" in df.columns:
         return paths.indices_of(df["path"].dropna().astype(str).tolist())
     raise UsageError(

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -166,7 +167,13 @@ def test_flagged_rows_every_tabular_format(tmp_path: Path, fmt: str) -> None:
 def test_exclusion_list_pairs_and_dataset_indices(demo_report: dc.Report, demo_dir: Path) -> None:
     excl = demo_report.exclusion_list()
     planted = {(str(demo_dir / p), r) for p, r, _, _ in PLANTED if r is not None}
-    assert set(zip(excl["path"], excl["row"], strict=True)) == planted
+    rows = excl[excl["row"].notna()]
+    assert set(zip(rows["path"], rows["row"], strict=True)) == planted
+    # The corrupt shard, whose rows are unknown: one row naming the file, no row, no index.
+    (corrupt,) = excl[excl["row"].isna()].itertuples()
+    assert corrupt.path == str(demo_dir / "train/shard-004.parquet")
+    assert pd.isna(corrupt.index) and corrupt.checks.startswith("corrupt: ArrowInvalid")
+    excl = rows
     # Shards concatenated in the report's order (corrupt one left out): 1000 rows each.
     offset = {
         str(demo_dir / f"train/shard-00{i}{'.csv' if i == 3 else '.parquet'}"): i * 1000
@@ -208,7 +215,7 @@ def test_exclusion_list_feeds_the_loader_helper(demo_report: dc.Report) -> None:
     torch_quarantine = pytest.importorskip("datacheck.torch")
     excl = demo_report.exclusion_list()
     got = torch_quarantine.indices_from_scan(excl, excl)
-    assert got == set(excl["index"].astype(int))
+    assert got == set(excl["index"].dropna().astype(int))
     assert {1017, 2600, 3020} <= got
 
 
