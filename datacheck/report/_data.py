@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
+FINDINGS_LIMIT = 1 << 22
+"""The most findings ``ReportData.findings`` loads into one DataFrame (~300 MB); past it,
+``iter_findings`` reads them a batch at a time."""
 REPORT_JSON = "report.json"
 MANIFEST = "quarantine.parquet"
 FAIL_ON = ("error", "warning", "never")
@@ -237,15 +240,53 @@ class ReportData:
 
     @property
     def findings(self) -> pd.DataFrame:
-        """The quarantine manifest as a DataFrame (one row per bad value-site)."""
+        """The quarantine manifest as a DataFrame (one row per bad value-site).
+
+        Raises:
+            UsageError: the manifest holds more than :data:`FINDINGS_LIMIT` findings (one
+                DataFrame of them would not fit the memory bound): read it with
+                :meth:`iter_findings` instead, a batch at a time or filtered.
+        """
         import pandas as pd
-        import pyarrow as pa
 
-        from datacheck.findings import read_manifest
+        from datacheck.errors import UsageError
+        from datacheck.report._manifest import manifest_rows
 
-        table = read_manifest(self.manifest_path)
-        mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
-        return table.to_pandas(types_mapper=mapping.get)
+        n = manifest_rows(self.manifest_path)
+        if n > FINDINGS_LIMIT:
+            raise UsageError(
+                f"report {str(self.dir)!r}: {MANIFEST} holds {n:,} findings, more than the "
+                f"{FINDINGS_LIMIT:,} that .findings loads into one DataFrame; read them in "
+                "batches or filtered: for df in report.iter_findings(check='nan'): ..."
+            )
+        frames = list(self.iter_findings())
+        if not frames:
+            return _frame(_empty_manifest())
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    def iter_findings(
+        self, batch_rows: int = 1 << 18, **where: str | list[str]
+    ) -> Iterator[pd.DataFrame]:
+        """The quarantine manifest as DataFrames of at most ``batch_rows`` findings each,
+        optionally only those whose ``path``, ``column``, ``check`` or ``severity`` is the
+        given value (or one of the given values): bounded memory at any number of findings.
+
+        Raises:
+            UsageError: a filter names something that is not a manifest column.
+        """
+        from datacheck.errors import UsageError
+        from datacheck.findings import MANIFEST_SCHEMA
+        from datacheck.report._manifest import iter_manifest
+
+        allowed = ("path", "column", "check", "severity", "value")
+        bad = sorted(set(where) - set(allowed))
+        if bad:
+            raise UsageError(f"iter_findings({bad[0]}=...): filter on one of {', '.join(allowed)}")
+        wanted = {k: [v] if isinstance(v, str) else list(v) for k, v in where.items()}
+        for table in iter_manifest(
+            self.manifest_path, MANIFEST_SCHEMA.names, wanted, batch_rows=batch_rows
+        ):
+            yield _frame(table)
 
     def __repr__(self) -> str:
         s = self.summary
@@ -253,6 +294,21 @@ class ReportData:
             f"<{type(self).__name__} {str(self.dir)!r}: {s['files']} files, {s['rows']} rows, "
             f"{s['status']['flagged']} flagged, {s['corrupt_files']} corrupt>"
         )
+
+
+def _empty_manifest() -> Any:
+    from datacheck.findings import MANIFEST_SCHEMA
+
+    return MANIFEST_SCHEMA.empty_table()
+
+
+def _frame(table: Any) -> pd.DataFrame:
+    """A manifest table as the DataFrame ``findings`` gives (nullable integer row/count)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
+    return table.to_pandas(types_mapper=mapping.get)
 
 
 def _is_url(path: str) -> bool:

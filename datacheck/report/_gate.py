@@ -58,22 +58,12 @@ def _limits(settings: Mapping[str, Any], columns: set[tuple[str, str]]) -> dict[
 
 def _row_sites(manifest: Path) -> dict[tuple[str, str], dict[str, int]]:
     """(column, check) -> severity -> row-level sites, from the manifest."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from datacheck.report._manifest import count_by
 
-    if not manifest.exists():
-        return {}
-    table = pq.read_table(manifest, columns=["row", "column", "check", "severity"])
-    table = table.filter(pc.is_valid(table["row"]))
-    table = table.select(["column", "check", "severity"]).cast(
-        pa.schema([(n, pa.string()) for n in ("column", "check", "severity")])
-    )
     out: dict[tuple[str, str], dict[str, int]] = {}
-    counts = table.group_by(["column", "check", "severity"]).aggregate([("check", "count")])
-    for r in counts.to_pylist():
-        key = (r["column"] or "", r["check"])
-        out.setdefault(key, {})[r["severity"]] = int(r["check_count"])
+    counts = count_by(manifest, ["column", "check", "severity"], rows_only=True)
+    for (column, check, severity), n in counts.items():
+        out.setdefault((column or "", check), {})[severity] = n
     return out
 
 

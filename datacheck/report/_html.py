@@ -186,16 +186,11 @@ def _png(fig: Figure) -> str:
 
 def _worst_columns(report: ReportData, limit: int) -> list[str]:
     """Numeric columns with the most findings (from the manifest)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    from datacheck.report._manifest import count_by
 
-    if not report.manifest_path.exists():
-        return []
-    table = pq.read_table(report.manifest_path, columns=["column", "row"])
-    table = table.filter(pc.and_(pc.is_valid(table["column"]), pc.is_valid(table["row"])))
-    counts = table.group_by("column").aggregate([("row", "count")]).to_pylist()
-    counts.sort(key=lambda r: (-r["row_count"], r["column"]))
-    return [r["column"] for r in counts[:limit]]
+    counts = count_by(report.manifest_path, ["column"], rows_only=True)
+    ranked = sorted((-n, c) for (c,), n in counts.items() if c is not None)
+    return [c for _, c in ranked[:limit]]
 
 
 def _drifted_columns(report: ReportData, limit: int) -> list[str]:

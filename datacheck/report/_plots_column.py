@@ -123,20 +123,30 @@ def _thresholds(
     return out
 
 
+_NO_VALUE = ("nan", "inf", "null", "corrupt", *COLUMN_LEVEL)
+_KEPT = 1 << 17
+"""Flagged values kept for the marks: evenly spaced in sorted order, smallest and largest
+included (the marks are :data:`MAX_MARKS` of them)."""
+
+
 def _flagged_values(report: ReportData, name: str) -> np.ndarray:
     """The finite bad values the manifest recorded at rows of this column (extreme, out of
     range, ...).  Column- and file-level findings (row null) carry a message, not a value."""
-    import pyarrow.parquet as pq
+    from datacheck.report._manifest import iter_manifest
 
-    if not report.manifest_path.exists():
+    # NaN, Inf and null findings carry no finite value: their row groups are skipped unread
+    valued = [c for c in report.summary["sites"] if c not in _NO_VALUE]
+    if not valued:
         return np.empty(0)
-    table = pq.read_table(
-        report.manifest_path, columns=["row", "value"], filters=[("column", "==", name)]
-    )
-    values = table.filter(pc.is_valid(table["row"]))["value"].cast(pa.string())
-    values = values.filter(pc.match_substring_regex(values, _NUMBER))
-    x = np.asarray(values.cast(pa.float64()).to_numpy(), dtype=np.float64)
-    return x[np.isfinite(x)]
+    where = {"column": [name], "check": valued}
+    kept = np.empty(0)
+    for table in iter_manifest(report.manifest_path, ["value"], where, rows_only=True):
+        values = table["value"].filter(pc.match_substring_regex(table["value"], _NUMBER))
+        x = np.asarray(values.cast(pa.float64()).to_numpy(), dtype=np.float64)
+        kept = np.concatenate([kept, x[np.isfinite(x)]])
+        if len(kept) > 2 * _KEPT:  # bounded: the quantiles _marks draws from, ends exact
+            kept = np.sort(kept)[np.linspace(0, len(kept) - 1, _KEPT).round().astype(np.int64)]
+    return kept
 
 
 def _marks(x: np.ndarray) -> np.ndarray:
@@ -229,20 +239,16 @@ def column(report: ReportData, name: str, bins: int, max_values: int) -> Figure:
 
 def column_level_findings(report: ReportData, name: str | None = None) -> list[dict[str, Any]]:
     """The ``drift`` / ``unnormalized`` findings (path, column, check, severity, value)."""
-    import pyarrow.parquet as pq
+    from datacheck.report._manifest import iter_manifest
 
-    if not report.manifest_path.exists():
-        return []
-    filters: list[Any] = [("check", "in", list(COLUMN_LEVEL))]
+    where: dict[str, list[str]] = {"check": list(COLUMN_LEVEL)}
     if name is not None:
-        filters.append(("column", "==", name))
-    table = pq.read_table(
-        report.manifest_path,
-        columns=["path", "column", "check", "severity", "value"],
-        filters=filters,
-    )
+        where["column"] = [name]
+    columns = ["path", "column", "check", "severity", "value"]
     return [
-        {k: (str(v) if v is not None else None) for k, v in r.items()} for r in table.to_pylist()
+        {k: (str(v) if v is not None else None) for k, v in r.items()}
+        for table in iter_manifest(report.manifest_path, columns, where)
+        for r in table.to_pylist()
     ]
 
 

@@ -1,8 +1,11 @@
 """Sample findings: the first few per check and per file, for the terminal and the HTML page.
 
 Like pandera's failure cases and Great Expectations' sample values: enough to see what went
-wrong without opening ``quarantine.parquet``.  Picked with NumPy over the manifest's
-dictionary codes (no Python object per finding), errors before warnings, in file and row order.
+wrong without opening ``quarantine.parquet``.  Picked with NumPy over each batch's dictionary
+codes (no Python object per finding), errors before warnings, in manifest (file, row) order.
+The manifest is streamed (:mod:`datacheck.report._manifest`) and reading stops as soon as
+``report.json``'s counts say every key has what it can get: memory is bounded by a batch and
+``k`` findings per key, however many findings the scan made.
 """
 
 from __future__ import annotations
@@ -43,16 +46,31 @@ def first_per(table: pa.Table, key: str, k: int) -> pa.Table:
     return table.take(pa.array(np.sort(order[position < k])))
 
 
-def _manifest(report: ReportData, exclude: tuple[str, ...]) -> pa.Table:
-    import pyarrow.parquet as pq
+def _wanted(report: ReportData, per: str, k: int, exclude: tuple[str, ...]) -> dict[str, Any]:
+    """key -> (errors, findings) the manifest holds for it, from ``report.json`` (no read)."""
+    if per == "check":
+        by_key = {c: sev for c, sev in report.summary["sites"].items() if c not in exclude}
+    else:
+        by_key = {}
+        for f in report.data["files"]:
+            sev: dict[str, int] = {}
+            for check, n in f["sites"].items():
+                if check not in exclude:
+                    for s, m in n.items():
+                        sev[s] = sev.get(s, 0) + m
+            if sev:
+                by_key[f["path"]] = sev
+    return {
+        key: (min(k, sev.get("error", 0)), min(k, sum(sev.values()))) for key, sev in by_key.items()
+    }
 
-    if not report.manifest_path.exists():
-        return pa.table({c: pa.array([], pa.string()) for c in COLUMNS})
-    table = pq.read_table(report.manifest_path, columns=COLUMNS)
-    if exclude:
-        checks = table["check"].cast(pa.string())
-        table = table.filter(pc.invert(pc.is_in(checks, pa.array(list(exclude)))))
-    return table
+
+def _done(picked: dict[str, list[dict[str, Any]]], wanted: dict[str, Any]) -> bool:
+    for key, (errors, total) in wanted.items():
+        got = picked.get(key, [])
+        if len(got) < total or sum(r["severity"] == "error" for r in got) < errors:
+            return False
+    return True
 
 
 def sample_findings(
@@ -65,7 +83,24 @@ def sample_findings(
         ``check``, ``severity``, ``value`` (the bad value, or the message) and ``count``,
         sorted by ``per`` then as picked.
     """
-    table = first_per(_manifest(report, exclude), per, k)
-    rows = table.to_pylist()
+    from datacheck.report._manifest import iter_manifest
+
+    wanted = _wanted(report, per, k, exclude)
+    picked: dict[str, list[dict[str, Any]]] = {}
+    if not wanted:
+        return []
+    for table in iter_manifest(report.manifest_path, COLUMNS):
+        if exclude:
+            keep = pc.invert(pc.is_in(table["check"], pa.array(list(exclude), pa.string())))
+            table = table.filter(keep)
+        for row in first_per(table, per, k).to_pylist():
+            picked.setdefault(str(row[per]), []).append(row)
+        for rows in picked.values():  # errors first, then manifest order; k at most
+            if len(rows) > k:
+                rows.sort(key=lambda r: r["severity"] != "error")
+                del rows[k:]
+        if _done(picked, wanted):
+            break
+    rows = [r for key in sorted(picked) for r in picked[key]]
     rows.sort(key=lambda r: (str(r[per]), r["severity"] != "error"))
     return rows
