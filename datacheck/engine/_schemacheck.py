@@ -12,18 +12,22 @@ import contextlib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datacheck import findings as fnd
+from datacheck.checks._columns import is_numeric, leaf_type
 from datacheck.checks._numpy import Hits, RowMap, group_by_row
 from datacheck.checks._pandas import Outcome, report_name, run_check
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
+from datacheck.schema._coerce import cast, categories_outside
 from datacheck.schema._compile import ColumnSpec, CompiledSchema, spec_rules
-from datacheck.schema._dtypes import arrow_type_for, coercible, dtype_matches
+from datacheck.schema._dtypes import arrow_type_for, dtype_matches
 
 ERR = Severity.ERROR
 _KEEP = {"all": False, "exclude_first": "first", "exclude_last": "last"}
@@ -32,7 +36,14 @@ Emit = Callable[[str | None, Hits, int], None]
 """Where hits go: ``(column, hits, row_offset)``."""
 
 
-_FLOAT_DTYPE = re.compile(r"^float", re.IGNORECASE)
+def _mask(values: Any) -> np.ndarray:
+    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _union(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return a | b
 
 
 def _parse_type(dname: str | None) -> pa.DataType | None:
@@ -44,13 +55,10 @@ def _parse_type(dname: str | None) -> pa.DataType | None:
     return pa.float64() if pa.types.is_integer(t) else t
 
 
-def _parse(name: str, arr: pa.Array, target: pa.DataType, offset: int, emit: Emit) -> pa.Array:
-    """Text cells -> numbers; a cell that is not a number is a ``schema`` finding at its row
-    (then null)."""
-    import pyarrow.compute as pc
-
+def _parse(arr: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
+    """Text cells -> numbers, and the cells that are not a number (null afterwards)."""
     try:
-        return pc.cast(arr, target)
+        return pc.cast(arr, target), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     import pandas as pd
@@ -59,11 +67,9 @@ def _parse(name: str, arr: pa.Array, target: pa.DataType, offset: int, emit: Emi
     parsed = pd.to_numeric(series, errors="coerce")
     spelled_nan = series.str.strip().str.lower().isin(["nan", "+nan", "-nan"])
     bad = (parsed.isna() & series.notna() & ~spelled_nan).to_numpy()
-    h = group_by_row("schema", ERR, bad, RowMap(len(arr)), None)
-    if h is not None:
-        emit(name, h, offset)
     values = parsed.astype("float64").to_numpy()
-    return pc.cast(pa.array(values, mask=~(series.notna().to_numpy() & ~bad)), target)
+    out = pc.cast(pa.array(values, mask=~(series.notna().to_numpy() & ~bad)), target)
+    return out, bad if bad.any() else None
 
 
 def _severity(check: Any) -> Severity:
@@ -123,50 +129,57 @@ class SchemaRun:
     def column(
         self, name: str, arr: pa.Array, is_float: bool, numeric: bool, offset: int, emit: Emit
     ) -> tuple[pa.Array, ColumnRules]:
-        """The array to check (after ``coerce``) and its rules."""
+        """The array to check (after ``coerce``) and its rules.
+
+        A value that cannot be read or cast as the schema says is a ``schema`` finding at its
+        row, and null afterwards (never also a ``null`` finding)."""
         spec = self.spec(name)
         if spec is None:
             return arr, default_rules(is_float, numeric)
+        source, bad = arr, None
         if self.text and pa.types.is_string(arr.type) and (target := _parse_type(spec.dtype)):
-            arr = _parse(name, arr, target, offset, emit)
-            is_float = _FLOAT_DTYPE.match(spec.dtype or "") is not None
-            numeric = True
-        elif spec.coerce and not dtype_matches(spec.dtype, arr.type):
-            arr = self._coerce(name, spec, arr, offset, emit)
+            arr, bad = _parse(arr, target)
+            if pa.types.is_integer(arrow_type_for(spec.dtype)):  # a CSV's integers: 2.4 is bad
+                arr, cast_bad = self._cast(name, spec, arr, offset, emit)
+                bad = _union(bad, cast_bad)
+        elif spec.coerce and spec.target is not None and not dtype_matches(spec.dtype, arr.type):
+            arr, bad = self._cast(name, spec, arr, offset, emit)
+        if arr is not source:
             is_float = pa.types.is_floating(arr.type)
-            numeric = is_float or pa.types.is_integer(arr.type)
-        return arr, spec_rules(spec, is_float, numeric)
+            numeric = is_numeric(leaf_type(arr.type))
+        rules = spec_rules(spec, is_float, numeric)
+        schema_bad = _union(bad, categories_outside(arr, spec.target))
+        if schema_bad is not None:
+            self._emit_mask(name, "schema", schema_bad, offset, emit)
+        if bad is not None and rules.null is not None:
+            nulls = ~_mask(pc.is_valid(arr)) & ~bad
+            self._emit_mask(name, "null", nulls, offset, emit, rules.null)
+            rules = replace(rules, null=None)
+        return arr, rules
 
-    def _coerce(
+    def _cast(
         self, name: str, spec: ColumnSpec, arr: pa.Array, offset: int, emit: Emit
-    ) -> pa.Array:
-        """Cast to the schema's type as pandera's ``coerce`` does; a value that cannot be
-        cast is a ``schema`` finding at its row, and null afterwards."""
-        import pyarrow.compute as pc
+    ) -> tuple[pa.Array, np.ndarray | None]:
+        """``coerce`` as pandera casts (:mod:`datacheck.schema._coerce`): the cast values and
+        those its cast fails on or would change; a float source's NaN and Inf are reported
+        as such, whatever they become."""
+        result = cast(arr, spec.target)
+        if pa.types.is_floating(arr.type) and not pa.types.is_floating(result.values.type):
+            valid = _mask(pc.is_valid(arr))
+            self._emit_mask(name, "nan", valid & _mask(pc.is_nan(arr)), offset, emit)
+            self._emit_mask(name, "inf", valid & _mask(pc.is_inf(arr)), offset, emit)
+        if result.error is not None:
+            finding = fnd.Finding(self.path, "schema", ERR, result.error, name)
+            self.errors.setdefault((name, "schema"), finding)
+        return result.values, result.bad
 
-        target = arrow_type_for(spec.dtype)
-        if target is None or not coercible(spec.dtype, arr.type):
-            return arr
-        try:
-            return pc.cast(arr, target, safe=not pa.types.is_floating(arr.type))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
-        import pandas as pd
-
-        series = arr.to_pandas()
-        if pa.types.is_integer(target) or pa.types.is_floating(target):
-            parsed = pd.to_numeric(series, errors="coerce")
-            if pa.types.is_integer(target):
-                parsed = parsed.where(np.isfinite(parsed.astype("float64")))
-            bad = parsed.isna().to_numpy() & series.notna().to_numpy()
-            out = pa.array(parsed.astype("float64"), from_pandas=True)
-            out = pc.cast(out, target, safe=False) if pa.types.is_integer(target) else out
-        else:
-            return arr
-        h = group_by_row("schema", ERR, bad, RowMap(len(arr)), None)
+    @staticmethod
+    def _emit_mask(
+        name: str, check: str, mask: np.ndarray, offset: int, emit: Emit, sev: Severity = ERR
+    ) -> None:
+        h = group_by_row(check, sev, mask, RowMap(len(mask)), None)
         if h is not None:
             emit(name, h, offset)
-        return out
 
     def pandas_checks(
         self, name: str, arr: pa.Array, rules: ColumnRules, offset: int, emit: Emit
@@ -411,7 +424,7 @@ def _dtype_finding(
         return []
     if pa.types.is_string(t) and _parse_type(spec.dtype) is not None and text:
         return []  # a CSV's numeric column, read as text and parsed cell by cell
-    if spec.coerce and coercible(spec.dtype, t):
-        return []
+    if spec.coerce and spec.target is not None:
+        return []  # any column can be cast: what fails is found value by value
     msg = f"dtype {t}, schema says {spec.dtype}"
     return [fnd.Finding(path, "schema", ERR, msg, column=name)]

@@ -55,9 +55,14 @@ DIFFERENCES: dict[str, str] = {
     "schema-level) is evaluated once on the whole file: its columns are held in memory.",
     "index": "`index` levels are the columns pandas stored the index in (Parquet); with none "
     "stored, the index is the row number, as pandas reads it.",
-    "coerce": "`coerce`: a value that cannot be cast is a `schema` finding at its row (null "
-    "afterwards: a `null` finding too where the column is not nullable); the checks then run "
-    "on the cast values (pandera runs them on the uncast column, where they usually raise).",
+    "coerce": "`coerce`: each value is cast as pandera casts it; a value pandera's cast fails "
+    "on, or that the cast would change without a word (pandera passes these: a fraction cut "
+    "to an integer, a number wrapped into a narrower integer, NaN or Inf into an integer, a "
+    "float overflowing to Inf, anything but 0/1 or True/False into `bool`), is a `schema` "
+    "finding at its row (where pandera fails the column as a whole, at each row it would "
+    "change) and null afterwards, with no `null` finding; a null stays null (pandera fails it "
+    "for numpy integer and bool dtypes, and makes it True for `bool`). The checks run on the "
+    "cast values (pandera runs them on the uncast column when a value fails).",
     "check_error": "a check that raises on the data (e.g. `str_matches` on integers) is one "
     "finding for the column, row null, with the exception as the value.",
     "n_failure_cases": "`n_failure_cases` limits pandera's error message only: datacheck "
@@ -128,6 +133,9 @@ class ColumnSpec:
     """A missing column is added by pandera (``add_missing_columns`` with a default or nullable)."""
     aggregate: bool = False
     """Some check may answer for the column as a whole: the file is checked in one unit."""
+    target: Any = None
+    """pandera's own ``DataType`` (pandas engine): what ``coerce`` casts to, and a category's
+    categories."""
 
     @property
     def dtype(self) -> str | None:
@@ -393,6 +401,7 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         coerce,
         fill,
         aggregate,
+        dtype if dname is not None else None,
     )
 
 

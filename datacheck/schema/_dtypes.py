@@ -103,12 +103,3 @@ def dtype_matches(dname: str | None, t: pa.DataType) -> bool:
 
 def _same_tz(a: str, b: str) -> bool:
     return a.upper() in (b.upper(), "+00:00" if b.upper() == "UTC" else b.upper())
-
-
-def coercible(dname: str | None, t: pa.DataType) -> bool:
-    """With ``coerce: true``, a type the values may be cast from (each value is then tried)."""
-    if dname is None or dtype_matches(dname, t):
-        return True
-    return _family(t) in ("int", "float", "bool", "str", "decimal") and (
-        arrow_type_for(dname) is not None
-    )
