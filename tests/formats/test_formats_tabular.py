@@ -257,7 +257,10 @@ def test_schema_int_column_holding_nan_is_checked_not_corrupt(tmp_path: Path, fm
             )
         )
     report = datacheck.scan(p, schema=schema, out=tmp_path / "o")
-    assert site_set(report.findings) == {(2, "label", "nan"), (3, "label", "out_of_range")}
+    want = {(2, "label", "nan"), (3, "label", "out_of_range")}
+    if fmt == "csv":  # a CSV's integers are cast as pandera casts: NaN is no int64 (pandera too)
+        want.add((2, "label", "schema"))
+    assert site_set(report.findings) == want
     assert report.data["files"][0]["status"] == "flagged"
 
 
