@@ -13,12 +13,14 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
+from datacheck.checks._registry import Severity
 from datacheck.engine._discover import discover_files, plan_units
 from datacheck.engine._journal import Journal
 from datacheck.engine._merge import (
     apply_extra,
     file_entries,
     media_folders,
+    null_column_findings,
     shard_dtype_findings,
     write_manifest,
 )
@@ -30,7 +32,10 @@ from datacheck.profile._drift import needs_profile, profile_findings
 from datacheck.report import FAIL_ON, MANIFEST, Report, write_report_json
 from datacheck.schema import CompiledSchema, load_schema
 
-__all__ = ["ScanConfig", "scan"]
+__all__ = ["NULL_SEVERITIES", "ScanConfig", "scan"]
+
+NULL_SEVERITIES = ("error", "warning")
+"""What a null in a numeric column no schema column covers may be (``--null-severity``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,10 +81,18 @@ class ScanConfig:
     max_bad_fraction: Mapping[str, float] = field(default_factory=dict)
     """Check -> the fraction of a column's rows that may fail it without failing the scan
     (``{"nan": 0.001}``); the findings are still all recorded."""
+    null_severity: str = "error"
+    """Severity of a null in a numeric column that no schema column covers: ``error`` (a
+    loader turns a null into NaN) or ``warning``.  A schema column says it itself
+    (``nullable: false``: an error; ``nullable: true``: allowed)."""
 
     def __post_init__(self) -> None:
         if self.fail_on not in FAIL_ON:
             raise UsageError(f"fail_on {self.fail_on!r} is not one of: {', '.join(FAIL_ON)}")
+        if self.null_severity not in NULL_SEVERITIES:
+            raise UsageError(
+                f"null_severity {self.null_severity!r} is not one of: {', '.join(NULL_SEVERITIES)}"
+            )
         if self.workers is not None and self.workers < 1:
             raise UsageError(f"workers must be >= 1, got {self.workers}")
         check_executor(self.executor)
@@ -157,12 +170,14 @@ def _run_unit(
     profile: bool = False,
     sketch: bool = False,
     unit_memory: int | None = None,
+    null_severity: str = "error",
 ) -> UnitResult:
     """The picklable unit function: a schema given as a string is loaded once per worker;
     ``unit_memory`` bounds what readers allocate (:func:`datacheck.formats.memory_budget`)."""
     compiled = _schema_in_worker(schema, _mtime(schema)) if isinstance(schema, str) else schema
     options = {} if unit_memory is None else {UNIT_MEMORY: unit_memory}
-    return scan_unit(unit, compiled, parts_dir, options, profile=profile, sketch=sketch)
+    null = Severity(null_severity)
+    return scan_unit(unit, compiled, parts_dir, options, profile=profile, sketch=sketch, null=null)
 
 
 def _output_dir(out: str | Path) -> Path:
@@ -227,6 +242,14 @@ def _progress(progress: bool | Progress | None) -> tuple[Progress | None, Callab
             "progress(result, done_units, total_units)"
         )
     return progress, lambda: None
+
+
+def _null_severity(compiled: CompiledSchema | None, config: ScanConfig, column: str) -> Severity:
+    """The severity of a null in ``column``: a schema column counts nulls only where it is not
+    nullable (an error); elsewhere the scan's ``null_severity``."""
+    if compiled is not None and compiled.spec_for(column) is not None:
+        return Severity.ERROR
+    return Severity(config.null_severity)
 
 
 def _local(path: str) -> str:
@@ -298,6 +321,7 @@ def scan(
         "inputs": inputs,
         "schema": schema_setting,
         "unit_bytes": config.unit_bytes,
+        "null_severity": config.null_severity,
     }
     journal = Journal(out_dir, parts, fingerprint, resume=config.resume)
     results, todo = journal.split(units)
@@ -314,6 +338,7 @@ def scan(
         profile=profiling,
         sketch=config.profile,
         unit_memory=None if config.unit_memory_mb is None else config.unit_memory_mb << 20,
+        null_severity=config.null_severity,
     )
     start = time.perf_counter()
     workers = config.workers or default_workers()
@@ -348,6 +373,8 @@ def scan(
     for e in entries:
         e["root"] = roots.get(e["path"])  # the input folder (or URL prefix) it was found under
     extra = shard_dtype_findings(entries, roots)
+    severity_of = partial(_null_severity, compiled, config)
+    extra += null_column_findings(entries, results, severity_of, roots)
     if profiling:
         corrupt = {e["path"] for e in entries if e["status"] == "corrupt"}
         extra += profile_findings(out_dir, results, compiled, dict(files), corrupt, config.profile)

@@ -32,6 +32,7 @@ def test_check_names_are_stable() -> None:
         "nan",
         "inf",
         "null",
+        "null_column",
         "extreme",
         "out_of_range",
         "corrupt",

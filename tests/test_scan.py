@@ -42,12 +42,19 @@ def test_demo_planted_faults_are_all_found_and_nothing_else(demo_dir: Path, tmp_
 def test_demo_without_schema_uses_defaults(demo_dir: Path, tmp_path: Path) -> None:
     report = datacheck.scan(demo_dir, out=tmp_path / "o")
     f = report.findings
-    # without a schema: the 1.5e6 and 3e5 values are fp16-overflow warnings, the null a warning
-    warn = set(
-        zip(f[f.severity == "warning"].column, f[f.severity == "warning"].check, strict=True)
-    )
-    assert warn == {("x0", "extreme"), ("embedding", "extreme"), ("x3", "null")}
+    # without a schema: the 1.5e6 and 3e5 values are fp16-overflow warnings; the null in a
+    # numeric column an error (a loader turns it into NaN), told apart from the NaN
+    by = lambda sev: set(zip(f[f.severity == sev].column, f[f.severity == sev].check, strict=True))  # noqa: E731
+    assert by("warning") == {("x0", "extreme"), ("embedding", "extreme")}
+    assert ("x3", "null") in by("error") and ("x1", "nan") in by("error")
+    nulls = f[f.check == "null"]
+    assert list(nulls.row) == [5] and nulls.value.isna().all()
     assert not report.ok and report.exit_code("never") == 0
+    # the escape: --null-severity warning
+    relaxed = datacheck.scan(demo_dir, out=tmp_path / "w", null_severity="warning").findings
+    assert set(relaxed.loc[relaxed.check == "null", "severity"]) == {"warning"}
+    with pytest.raises(datacheck.UsageError, match="null_severity 'off' is not one of"):
+        datacheck.scan(demo_dir, out=tmp_path / "x", null_severity="off")
 
 
 @pytest.mark.parametrize("executor", ["inprocess", "processes"])

@@ -52,10 +52,18 @@ NAN = CheckSpec("nan", Severity.ERROR, "value", "a floating-point NaN (NaN is no
 INF = CheckSpec("inf", Severity.ERROR, "value", "+Inf or -Inf")
 NULL = CheckSpec(
     "null",
-    Severity.WARNING,
+    Severity.ERROR,
     "value",
-    "a missing value (warning on numeric columns without a schema; error where a schema "
-    "column is not nullable)",
+    "a missing value (null, not NaN) in a numeric column: a loader turns it into NaN. An "
+    "error without a schema (``--null-severity warning`` relaxes it) and where a schema "
+    "column is not nullable; none where it is",
+)
+NULL_COLUMN = CheckSpec(
+    "null_column",
+    Severity.ERROR,
+    "column",
+    "a numeric column all or mostly null in a file (pandas writes a NaN column, a join that "
+    "matched nothing, as null); row is null; at the severity of the column's nulls",
 )
 EXTREME = CheckSpec(
     "extreme",
@@ -121,6 +129,7 @@ CHECKS: dict[str, CheckSpec] = {
         NAN,
         INF,
         NULL,
+        NULL_COLUMN,
         EXTREME,
         OUT_OF_RANGE,
         CORRUPT,

@@ -155,10 +155,13 @@ class ColumnRules:
     """The column should be standardised (``unnormalized`` checks)."""
 
 
-def default_rules(is_float: bool, is_numeric: bool) -> ColumnRules:
-    """Rules used without a schema: NaN/Inf errors, fp16 overflow and numeric nulls warnings."""
+def default_rules(
+    is_float: bool, is_numeric: bool, null: Severity | None = Severity.ERROR
+) -> ColumnRules:
+    """Rules used without a schema: NaN/Inf errors, fp16 overflow a warning, and a null in a
+    numeric column at ``null`` (an error by default: a loader turns it into NaN)."""
     return ColumnRules(
-        null=Severity.WARNING if is_numeric else None,
+        null=null if is_numeric else None,
         bounds=(Bound(FP16_MAX),) if is_float else (),
     )
 

@@ -57,6 +57,13 @@ def add_parser(sub: Any) -> None:
         "scan, e.g. nan=0.001 (repeatable; findings are still all recorded; overrides a "
         "schema check's 'mostly')",
     )
+    p.add_argument(
+        "--null-severity",
+        choices=["error", "warning"],
+        default="error",
+        help="a null in a numeric column that no schema column covers: an error (a loader "
+        "turns it into NaN; the default) or a warning (a schema column says it with nullable)",
+    )
     p.add_argument("--workers", type=positive_int, help="parallel workers (default: one per core)")
     p.add_argument(
         "--executor",
@@ -143,6 +150,7 @@ def _run_scan(args: argparse.Namespace) -> int:
     config = ScanConfig(
         fail_on=args.fail_on,
         max_bad_fraction=parse_max_bad_fraction(args.max_bad_fraction),
+        null_severity=args.null_severity,
         workers=args.workers,
         executor=args.executor,
         isolate=args.isolate,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,14 @@ from datacheck import findings as fnd
 from datacheck.checks._registry import Severity
 from datacheck.engine._unit import UnitResult
 
-__all__ = ["apply_extra", "file_entries", "media_folders", "shard_dtype_findings", "write_manifest"]
+__all__ = [
+    "apply_extra",
+    "file_entries",
+    "media_folders",
+    "null_column_findings",
+    "shard_dtype_findings",
+    "write_manifest",
+]
 
 MEDIA_FORMATS = ("image", "audio")
 """Formats with one file per sample, summarised per folder in the report."""
@@ -200,6 +208,79 @@ def shard_dtype_findings(entries: list[dict[str, Any]], roots: dict[str, str]) -
                     msg = f"dtype {dt}, other shards have {ref} ({n_ref} of {len(members)})"
                     out.append(fnd.Finding(e["path"], "schema", Severity.ERROR, msg, column=col))
     return out
+
+
+MOSTLY_NULL = 0.5
+"""A column is ``null_column`` in a file when at least this fraction of its rows is null."""
+
+
+def null_column_findings(
+    entries: list[dict[str, Any]],
+    results: list[UnitResult],
+    severity_of: Callable[[str], Severity | None],
+    roots: dict[str, str],
+) -> list[fnd.Finding]:
+    """A numeric column all or mostly (:data:`MOSTLY_NULL`) null in a file: one finding for
+    the file's column, beside its row-level ``null`` findings, so the summary says where the
+    nulls came from (a join that matched nothing; pandas writes a NaN column as null).
+
+    A column with no type in a file (all empty in a CSV, all null in JSON Lines) counts as
+    numeric unless another shard of the same dataset (:func:`dataset_groups`) types it as
+    something else (text): an empty ``note`` column is not a failed join.
+
+    Args:
+        entries: the per-file entries (corrupt files are left out).
+        results: the units' results (their ``nulls``).
+        severity_of: column -> the severity of its nulls (None: nulls allowed).
+        roots: path -> input root, for the dataset groups.
+    """
+    nulls: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in results:
+        if r.nulls:
+            nulls[r.path].update(r.nulls)
+    readable = [e for e in entries if e["status"] != "corrupt" and e["path"] in nulls]
+    if not readable:
+        return []
+    typed = _typed_elsewhere(entries, roots)
+    out: list[fnd.Finding] = []
+    for e in readable:
+        rows = int(e["rows"] or 0)
+        for column, n in sorted(nulls[e["path"]].items()):
+            severity = severity_of(column)
+            if severity is None or not rows or n < MOSTLY_NULL * rows:
+                continue
+            if (e.get("columns") or {}).get(column) == "null" and typed(e["path"], column):
+                continue
+            what = "all null" if n == rows else "mostly null"
+            msg = (
+                f"{n:,} of {rows:,} rows null ({n / rows:.0%}): {what} (a join that matched "
+                "nothing? pandas writes NaN as null)"
+            )
+            out.append(fnd.Finding(e["path"], "null_column", severity, msg, column=column))
+    return out
+
+
+def _typed_elsewhere(
+    entries: list[dict[str, Any]], roots: dict[str, str]
+) -> Callable[[str, str], bool]:
+    """(path, column) -> whether another shard of the file's dataset gives the column a type
+    that is neither numeric nor none (text, say)."""
+    readable = [e for e in entries if e["status"] != "corrupt" and e["columns"]]
+    group_of: dict[str, int] = {}
+    texty: dict[int, set[str]] = defaultdict(set)
+    for i, members in enumerate(dataset_groups(readable, roots)):
+        for e in members:
+            group_of[e["path"]] = i
+            for col, dt in e["columns"].items():
+                if dt != "null" and not _numeric_dtype(dt):
+                    texty[i].add(col)
+    return lambda path, column: column in texty.get(group_of.get(path, -1), set())
+
+
+def _numeric_dtype(dtype: str) -> bool:
+    """An Arrow type name of numbers (or lists of them): what a loader makes a tensor of."""
+    leaf = dtype.rsplit("<", 1)[-1].split(":")[-1].strip(" >]0123456789[")
+    return leaf.startswith(("int", "uint", "float", "double", "halffloat", "decimal"))
 
 
 def apply_extra(entries: list[dict[str, Any]], extra: list[fnd.Finding]) -> None:

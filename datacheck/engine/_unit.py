@@ -61,6 +61,8 @@ class UnitResult:
     seconds: float = 0.0
     profile: dict[str, dict[str, Any]] | None = None
     """Per-column statistics (``ColumnProfile.state()``: plain, small), when the scan profiles."""
+    nulls: dict[str, int] = field(default_factory=dict)
+    """Null rows per column where a null is a finding (``null_column`` is judged on them)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The field values in order, not a dict naming each: a worker sends one result per
@@ -107,6 +109,7 @@ class _Collector:
         "counts",
         "held",
         "key",
+        "nulls",
         "part",
         "path",
         "sites",
@@ -126,6 +129,9 @@ class _Collector:
         dataset never write a part)."""
         self.key = key
         self.part: fnd.PartWriter | None = None
+        self.nulls: dict[str, int] = {}
+        """Null rows per column a null rule applies to (a column all or mostly null is a
+        finding of its own, once the file's units are merged)."""
 
     @property
     def parts_dir(self) -> str | None:
@@ -221,6 +227,7 @@ def _check_chunk(
     col: _Collector,
     profiler: Profiler | None = None,
     run: SchemaRun | None = None,
+    null: Severity | None = Severity.ERROR,
 ) -> None:
     if chunk.findings:  # what the reader found while decoding (media, token files)
         col.findings(chunk.findings)
@@ -233,7 +240,7 @@ def _check_chunk(
     batch = readable_columns(chunk.batch)  # intervals: no numbers, and no Python array class
     for start in range(0, max(batch.num_rows, 1), CHECK_ROWS):  # findings bounded per slice
         piece = batch.slice(start, CHECK_ROWS) if batch.num_rows > CHECK_ROWS else batch
-        _check_batch(piece, chunk.row_offset + start, col, profiler, run)
+        _check_batch(piece, chunk.row_offset + start, col, profiler, run, null)
 
 
 def _check_batch(
@@ -242,6 +249,7 @@ def _check_batch(
     col: _Collector,
     profiler: Profiler | None,
     run: SchemaRun | None,
+    null: Severity | None,
 ) -> None:
     meta = batch.schema.metadata or {}
     integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
@@ -251,12 +259,14 @@ def _check_batch(
         for piece in pieces:
             arr = plain(piece)  # dictionary, run-end, list-view, map: checked element-wise
             for leaf_name, leaf_arr in _leaves(name, arr):  # struct fields: their own columns
-                _check_column(leaf_name, leaf_arr, offset, integer_columns, col, profiler, run)
+                _check_column(
+                    leaf_name, leaf_arr, offset, integer_columns, col, profiler, run, null
+                )
             offset += len(arr)
     if run is not None:
 
         def index_column(name: str, arr: pa.Array, offset: int) -> None:
-            _check_column(name, arr, offset, set(), col, None, run)
+            _check_column(name, arr, offset, set(), col, None, run, null)
 
         run.batch(batch, row_offset, col.hits, index_column)
 
@@ -284,15 +294,26 @@ def _check_column(
     col: _Collector,
     profiler: Profiler | None,
     run: SchemaRun | None,
+    null: Severity | None,
 ) -> None:
+    """Check one column of a batch; ``null``: the severity of a null where no schema column
+    says (numeric columns)."""
     leaf = leaf_type(arr.type)
     is_float = pa.types.is_floating(leaf) and name not in integer_columns
     numeric = is_numeric(leaf)
-    if run is not None:
+    untyped = False
+    if run is not None and run.spec(name) is not None:
         arr, rules = run.column(name, arr, is_float, numeric, offset, col.hits)
-    else:
-        rules = default_rules(is_float, numeric)
+    else:  # no type (all empty in a CSV, all null in JSON): numbers to a loader, or text?
+        untyped = pa.types.is_null(leaf)
+        rules = default_rules(is_float, numeric or untyped, null)
     prof = profiler.column(name) if profiler is not None else None
+    if rules.null is not None and arr.null_count:
+        col.nulls[name] = col.nulls.get(name, 0) + arr.null_count
+    if untyped:  # judged per file once merged, by the type other shards give it (null_column)
+        if prof is not None:
+            prof.observe(arr)
+        return
     for h in _column_hits(arr, rules, prof):
         col.hits(name, h, offset)
     if run is not None:
@@ -327,10 +348,12 @@ def scan_unit(
     options: dict[str, Any] | None = None,
     profile: bool = False,
     sketch: bool = False,
+    null: Severity | None = Severity.ERROR,
 ) -> UnitResult:
     """Scan one unit; findings go to ``parts_dir/<n>.parquet`` or stay in the result.
 
-    ``profile`` also collects per-column statistics (``sketch``: with quantile sketches).
+    ``profile`` also collects per-column statistics (``sketch``: with quantile sketches);
+    ``null`` is the severity of a null in a numeric column no schema column covers.
     """
     start = time.perf_counter()
     if not unit.path.isascii() and (shown := shown_path(unit.path)) != unit.path:
@@ -348,7 +371,7 @@ def scan_unit(
         errors.append(_reader_error(exc))
         opened = None
     if opened is not None:
-        _read(unit, opened, fmt.tabular, schema, res, col, errors, profile, sketch)
+        _read(unit, opened, fmt.tabular, schema, res, col, errors, profile, sketch, null)
     if errors:
         res.corrupt = errors[0]
         col.finding(fnd.Finding(unit.path, "corrupt", Severity.ERROR, value=errors[0]))
@@ -382,6 +405,7 @@ def _read(
     errors: list[str],
     profile: bool,
     sketch: bool,
+    null: Severity | None = Severity.ERROR,
 ) -> None:
     """Check every chunk of an opened unit; a reader failure is appended to ``errors``."""
     run = None
@@ -403,7 +427,7 @@ def _read(
         if chunk is None:
             break
         try:
-            _check_chunk(chunk, schema, col, profiler, run)
+            _check_chunk(chunk, schema, col, profiler, run, null)
         except _Damaged as exc:
             errors.append(str(exc)[:300])
             break
@@ -449,6 +473,7 @@ def _unreadable_name(unit: WorkUnit, shown: str, start: float, parts_dir: str | 
 def _finish(res: UnitResult, col: _Collector) -> None:
     res.counts = col.counts
     res.sites = col.sites
+    res.nulls = col.nulls
     if col.part is not None:  # spilled already: the rest joins the part
         col.spill()
         res.findings_rows = col.part.rows

@@ -240,7 +240,9 @@ class ReportData:
 
     @property
     def findings(self) -> pd.DataFrame:
-        """The quarantine manifest as a DataFrame (one row per bad value-site).
+        """The quarantine manifest as a DataFrame (one row per bad value-site); a missing
+        ``row``, ``column`` or ``value`` is ``<NA>``, never a float NaN (a NaN finding's value
+        is the text ``"nan"``).
 
         Raises:
             UsageError: the manifest holds more than :data:`FINDINGS_LIMIT` findings (one
@@ -303,11 +305,16 @@ def _empty_manifest() -> Any:
 
 
 def _frame(table: Any) -> pd.DataFrame:
-    """A manifest table as the DataFrame ``findings`` gives (nullable integer row/count)."""
+    """A manifest table as the DataFrame ``findings`` gives (nullable integer row/count; text
+    as pandas strings, so a missing value is ``<NA>`` beside a NaN finding's ``"nan"``)."""
     import pandas as pd
     import pyarrow as pa
 
-    mapping = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int32Dtype()}
+    mapping = {
+        pa.int64(): pd.Int64Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.string(): pd.StringDtype(),
+    }
     return table.to_pandas(types_mapper=mapping.get)
 
 

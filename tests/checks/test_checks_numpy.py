@@ -58,7 +58,9 @@ def test_nulls_are_not_nan_and_values_under_nulls_are_ignored() -> None:
     valid = np.array([True, True, False, False])  # slot 3 holds garbage NaN under a null
     hits = check_values(values, valid, RowMap(4), default_rules(True, True))
     assert _by_check(hits) == {"null": ([2, 3], [1, 1]), "nan": ([1], [1])}
-    assert [h.severity for h in hits] == [Severity.WARNING, Severity.ERROR]
+    assert [h.severity for h in hits] == [Severity.ERROR, Severity.ERROR]  # a null reads as NaN
+    relaxed = check_values(values, valid, RowMap(4), default_rules(True, True, Severity.WARNING))
+    assert [h.severity for h in relaxed] == [Severity.WARNING, Severity.ERROR]
 
 
 @pytest.mark.parametrize(

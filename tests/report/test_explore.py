@@ -189,7 +189,7 @@ def test_exclusion_list_keeps_warning_only_rows_unless_asked(tmp_path: Path) -> 
     (tmp_path / "data").mkdir()
     write_table(table, tmp_path / "data" / "t.parquet", "parquet")
     report = dc.scan(tmp_path / "data", out=tmp_path / "out", executor="inprocess")
-    errors = {r for r, _, check in expected if check in ("nan", "inf")}
+    errors = {r for r, _, check in expected if check in ("nan", "inf", "null")}
     assert set(report.exclusion_list()["row"]) == errors
     assert set(report.exclusion_list(severity="warning")["row"]) == {r for r, _, _ in expected}
     with pytest.raises(UsageError, match="severity='fatal' is not one of: error, warning"):
@@ -266,11 +266,11 @@ def test_clean_copy_every_tabular_format(tmp_path: Path, fmt: str) -> None:
     report = dc.scan(tmp_path / "data", out=tmp_path / "out", executor="inprocess")
     # Default: errors only (the gate's meaning); rows with only warnings stay, and are counted.
     result = report.clean_copy(tmp_path / "errors-only")
-    errors = {r for r, _, check in expected if check in ("nan", "inf")}
+    errors = {r for r, _, check in expected if check in ("nan", "inf", "null")}
     assert result["rows_out"].item() == table.num_rows - len(errors)
     assert result["rows_dropped"].item() == len(errors)
-    assert result["rows_kept_flagged"].item() == len(expected) - len(errors)  # extreme, null
-    assert result["dropped"].item() == "a: inf 1, a: nan 2, b: inf 1"
+    assert result["rows_kept_flagged"].item() == len(expected) - len(errors)  # extreme
+    assert result["dropped"].item() == "a: inf 1, a: nan 2, b: inf 1, b: null 1"
     result = report.clean_copy(tmp_path / "clean", severity="warning")
     assert result["status"].tolist() == ["cleaned"]
     bad = {r for r, _, _ in expected}

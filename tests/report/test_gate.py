@@ -14,7 +14,8 @@ import datacheck as dc
 from datacheck.errors import SchemaError, UsageError
 
 # planted_table: 200 rows; column a has NaN at rows 3 and 150 (1%) and +Inf at row 10 (0.5%),
-# column b has -Inf at row 20, an fp16 overflow at 77 (warning) and a null at 120 (warning).
+# column b has -Inf at row 20, an fp16 overflow at 77 (warning) and a null at 120 (an error:
+# a loader turns it into NaN).
 
 
 @pytest.fixture
@@ -31,7 +32,9 @@ def _scan(data: Path, out: Path, **kw: object) -> dc.Report:
 
 def test_max_bad_fraction_changes_the_verdict_not_the_findings(data: Path, tmp_path: Path) -> None:
     strict = _scan(data, tmp_path / "strict")
-    loose = _scan(data, tmp_path / "loose", max_bad_fraction={"nan": 0.01, "inf": 0.005})
+    loose = _scan(
+        data, tmp_path / "loose", max_bad_fraction={"nan": 0.01, "inf": 0.005, "null": 0.005}
+    )
     assert strict.exit_code() == 1 and loose.exit_code() == 0 and loose.ok
     assert loose.summary["exit_code"] == 0
     assert loose.summary["sites"] == strict.summary["sites"]
@@ -40,7 +43,9 @@ def test_max_bad_fraction_changes_the_verdict_not_the_findings(data: Path, tmp_p
     assert by[("a", "nan")]["bad_rows"] == 2 and by[("a", "nan")]["rows"] == 200
     assert by[("a", "nan")]["fraction"] == pytest.approx(0.01) and by[("a", "nan")]["within"]
     # One more bad row than tolerated fails the gate, and says so.
-    tight = _scan(data, tmp_path / "tight", max_bad_fraction={"nan": 0.005, "inf": 0.005})
+    tight = _scan(
+        data, tmp_path / "tight", max_bad_fraction={"nan": 0.005, "inf": 0.005, "null": 0.005}
+    )
     assert tight.exit_code() == 1
     assert not {(t["column"], t["check"]): t for t in tight.summary["tolerance"]}[("a", "nan")][
         "within"
@@ -105,6 +110,7 @@ def test_cli_max_bad_fraction_and_report_agree(data: Path, tmp_path: Path) -> No
 
     out = str(tmp_path / "o")
     flags = ["--max-bad-fraction", "nan=0.01", "--max-bad-fraction", "inf=0.005"]
+    flags += ["--max-bad-fraction", "null=0.005"]
     scan = run("scan", str(data), "--out", out, *flags)
     assert scan.returncode == 0, scan.stdout + scan.stderr
     assert "nan in a: 2 of 200 rows (1%), max 1% (--max-bad-fraction nan): tolerated" in scan.stdout
