@@ -27,7 +27,7 @@ from datacheck.engine._merge import (
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
 from datacheck.errors import UsageError
 from datacheck.execute import check_executor, default_workers, prestart, run_units
-from datacheck.formats import UNIT_MEMORY, _storage, format_modules
+from datacheck.formats import UNIT_MEMORY, _storage, estimated_work, format_modules
 from datacheck.profile._drift import needs_profile, profile_findings
 from datacheck.report import FAIL_ON, MANIFEST, Report, write_report_json
 from datacheck.schema import CompiledSchema, load_schema
@@ -356,6 +356,7 @@ def scan(
         workers,
         on_poison=poison_result,
         preload=preload,
+        work=estimated_work(todo),
         **options,
     )
     try:  # on Ctrl-C / errors: stop the executor now, keep journal + parts for --resume

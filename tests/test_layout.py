@@ -132,6 +132,7 @@ PUBLIC_FACES = {
         "Opened",
         "WorkUnit",
         "detect",
+        "estimated_work",
         "format_modules",
         "get_format",
         "memory_budget",

@@ -34,7 +34,8 @@ EXECUTOR_NAMES: tuple[str, ...] = ("auto", "inprocess", "processes", "distribute
 """Every executor name the API and the CLI accept (``auto`` picks one of the others)."""
 
 AUTO_MIN_BYTES = 64 << 20
-"""``auto`` starts worker processes only for more work than this (and several units)."""
+"""``auto`` starts worker processes only for more work than this (and several units): bytes
+of columnar reading, or the caller's estimate of the work (``work=``)."""
 
 
 def check_executor(name: str) -> str:
@@ -51,8 +52,8 @@ def prestart(executor: str, isolate: bool = True, preload: Sequence[str] = ()) -
         _prestart(preload)
 
 
-def _auto(units: Sequence[Unit], workers: int) -> str:
-    total = sum(u.size // max(u.n_parts, 1) for u in units)
+def _auto(units: Sequence[Unit], workers: int, work: int | None) -> str:
+    total = work if work is not None else sum(u.size // max(u.n_parts, 1) for u in units)
     several = workers > 1 and len(units) > 1
     return "processes" if several and total > AUTO_MIN_BYTES else "inprocess"
 
@@ -68,12 +69,15 @@ def run_units(
     unit_timeout: float | None = None,
     unit_memory: int | None = None,
     preload: Sequence[str] = (),
+    work: int | None = None,
     **kwargs: Any,
 ) -> Iterator[Any]:
     """Run ``fn`` over ``units`` on the named executor, yielding results as they finish.
 
     ``auto`` picks ``processes`` when there are several workers and enough work to pay for
-    starting them (more than one unit and over 64 MiB), else ``inprocess``.
+    starting them (more than one unit and over 64 MiB), else ``inprocess``.  The work is the
+    units' bytes, or ``work`` when the caller knows better (a thousand small images are more
+    work than their bytes say: ``formats.estimated_work``).
 
     Args:
         on_poison: builds the result of a unit that crashed two worker processes or ran out
@@ -85,12 +89,13 @@ def run_units(
         unit_memory: bytes of memory a local worker may hold while reading a unit (0: no
             limit; None: half the machine's memory shared by the workers, at least 2 GiB).
         preload: modules workers import first (plugin formats).
+        work: the units' work as bytes of columnar reading, for ``auto`` (default: bytes).
         kwargs: options of the ``distributed`` executor.
     """
     workers = workers or default_workers()
     executor = check_executor(executor)
     if executor == "auto":
-        executor = _auto(units, workers)
+        executor = _auto(units, workers, work)
     if executor == "distributed":
         from datacheck.execute._dask import run_distributed  # imports dask only now
 

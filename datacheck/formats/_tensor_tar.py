@@ -301,6 +301,7 @@ class _Shard:
 
 class TarFormat(Format):
     name = "tar"
+    work_per_byte = 5.0  # members decoded: images, arrays
     extensions = (".tar", ".tgz")
     tabular = False
 

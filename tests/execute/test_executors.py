@@ -137,3 +137,21 @@ def test_a_reader_that_crashes_makes_its_file_corrupt_exactly_once(
     assert corrupt["path"].tolist() == [bad]
     assert (files.drop(index=bad)["status"] == "flagged").all()
     assert report.summary["rows"] == 6
+
+
+def test_auto_weighs_the_work_not_only_the_bytes() -> None:
+    """A thousand small images are little data but much work: ``auto`` starts workers for
+    them; three small tables stay in one worker."""
+    from datacheck.execute import AUTO_MIN_BYTES, _auto
+    from datacheck.formats import WorkUnit, estimated_work
+
+    images = [WorkUnit(f"/d/{i}.jpg", "image", 60_000, 0.0) for i in range(1000)]
+    tables = [WorkUnit(f"/d/{i}.parquet", "parquet", 60_000, 0.0) for i in range(3)]
+    assert sum(u.size for u in images) < AUTO_MIN_BYTES < estimated_work(images)
+    assert _auto(images, 2, estimated_work(images)) == "processes"
+    assert _auto(images, 1, estimated_work(images)) == "inprocess"
+    assert _auto(tables, 2, estimated_work(tables)) == "inprocess"
+    assert _auto(images, 2, None) == "inprocess"  # by bytes alone (the old rule)
+    # 10,000 small Parquet files: the fixed cost per unit adds up
+    shards = [WorkUnit(f"/d/{i}.parquet", "parquet", 4_000, 0.0) for i in range(10_000)]
+    assert _auto(shards, 2, estimated_work(shards)) == "processes"
