@@ -121,45 +121,51 @@ def _read_exact(fp: Any, n: int, what: str) -> np.ndarray:
     return buf
 
 
-def _fortran_on_disk(
-    fp: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, unit_bytes: float
-) -> np.ndarray:
-    """A Fortran-order member as a C-order array in an unlinked temporary file (mapped), read
-    a block at a time: its samples are strided across the whole member, so streaming them
-    would read it once per chunk, and reading it whole took its size in memory."""
+FORTRAN_BLOCK = 64 << 20
+"""Bytes of a Fortran-order member transposed at a time: large enough that every page of the
+C-order copy is written whole (1,024 floats per sample and block for 16,384 samples)."""
+
+
+def _fortran_bytes(shape: tuple[int, ...], dtype: np.dtype, name: str, unit_bytes: float) -> int:
+    """The bytes a Fortran-order member's C-order copy takes, if a unit may hold them."""
     need = math.prod(shape) * dtype.itemsize
     if need > unit_bytes:
         raise TensorFileError(
             f"member {name!r}: a Fortran-order array of {need} bytes, over the {mib(unit_bytes)} "
             "a unit may hold (raise --unit-memory-mb to read it)"
         )
+    return need
+
+
+def _fortran_on_disk(
+    fp: Any, shape: tuple[int, ...], dtype: np.dtype, name: str, unit_bytes: float
+) -> np.memmap:
+    """A Fortran-order member as a C-order array in an unlinked temporary file (mapped),
+    transposed a block at a time: its samples are strided across the whole member, so
+    streaming them would read it once per chunk, and reading it whole took its size in
+    memory.  Pages written are dropped from the process as it goes (``madvise``: they stay in
+    the file), so RSS holds a block, not the member."""
+    need = _fortran_bytes(shape, dtype, name, unit_bytes)
     with tempfile.TemporaryFile(prefix="datacheck-npz-") as tmp:
         tmp.truncate(need)
         out = np.memmap(tmp, dtype=dtype, mode="r+", shape=shape)
-    _fill(out.T, fp, f"member {name!r}")  # the file's order is the transpose's C order
-    out.flush()
+    n, trailing = shape[0], math.prod(shape[1:])
+    flat = out.reshape(n, trailing)  # a view: C order, one row per sample
+    # The file holds the transpose in C order: rows over the trailing indices (first index
+    # fastest), each row all samples.  Row r goes to column c(r) of the C-order copy.
+    rows_per_block = max(1, FORTRAN_BLOCK // max(n * dtype.itemsize, 1))
+    dims = shape[1:][::-1]
+    for r0 in range(0, trailing, rows_per_block):
+        k = min(rows_per_block, trailing - r0)
+        block = _read_exact(fp, k * n * dtype.itemsize, f"member {name!r}").view(dtype)
+        block = block.reshape(k, n)
+        if len(shape) <= 2:
+            flat[:, r0 : r0 + k] = block.T
+        else:
+            idx = np.unravel_index(np.arange(r0, r0 + k), dims)
+            flat[:, np.ravel_multi_index(idx[::-1], shape[1:])] = block.T
+        release_pages(out._mmap, 0, len(out._mmap))
     return out
-
-
-def _fill(view: np.ndarray, fp: Any, what: str) -> None:
-    """Fill ``view`` in its C order from ``fp``, at most :data:`CHUNK_BYTES` per read."""
-    itemsize = view.dtype.itemsize
-    if view.ndim <= 1:
-        step = max(1, CHUNK_BYTES // itemsize)
-        for j in range(0, len(view), step):
-            k = min(step, len(view) - j)
-            view[j : j + k] = _read_exact(fp, k * itemsize, what).view(view.dtype)
-        return
-    per = math.prod(view.shape[1:]) * itemsize
-    if per > CHUNK_BYTES:
-        for j in range(view.shape[0]):
-            _fill(view[j], fp, what)
-        return
-    step = max(1, CHUNK_BYTES // max(per, 1))
-    for j in range(0, view.shape[0], step):
-        k = min(step, view.shape[0] - j)
-        block = _read_exact(fp, k * per, what).view(view.dtype)
-        view[j : j + k] = block.reshape((k, *view.shape[1:]))
 
 
 class _MemberReader:
@@ -180,9 +186,10 @@ class _MemberReader:
                 f"header describes shape {self.shape} {self.dtype} ({need} bytes)"
             )
         self.whole: np.ndarray | None = None
-        if fortran and need > CHUNK_BYTES:  # transposed on disk, a block at a time
-            self.whole = _fortran_on_disk(self.fp, self.shape, self.dtype, self.name, unit_bytes)
-            self._finish()
+        self._unit_bytes = unit_bytes
+        self._on_disk = bool(fortran and need > CHUNK_BYTES)  # transposed at the first read
+        if self._on_disk:
+            _fortran_bytes(self.shape, self.dtype, self.name, unit_bytes)  # refused now
         elif fortran or not self.shape:
             raw = _read_exact(self.fp, need, f"member {self.name!r}").view(self.dtype)
             self.whole = raw.reshape(self.shape, order="F" if fortran else "C")
@@ -190,6 +197,8 @@ class _MemberReader:
         self.next_row = 0
 
     def read(self, lo: int, hi: int) -> np.ndarray:
+        if self._on_disk:
+            return self._read_on_disk(lo, hi)
         if self.whole is not None:
             return self.whole if self.whole.ndim == 0 else self.whole[lo:hi]
         assert lo == self.next_row, "npz members are read sequentially"
@@ -199,6 +208,25 @@ class _MemberReader:
         if hi == self.shape[0]:
             self._finish()
         return raw.view(self.dtype).reshape((hi - lo, *self.shape[1:]))
+
+    def _read_on_disk(self, lo: int, hi: int) -> np.ndarray:
+        """Samples ``[lo, hi)`` of a transposed member, copied out of its mapping, whose pages
+        are then dropped; the mapping (and its file) goes with the last sample."""
+        if self.whole is None:
+            self.whole = _fortran_on_disk(
+                self.fp, self.shape, self.dtype, self.name, self._unit_bytes
+            )
+            self._finish()
+        whole = self.whole
+        out = np.array(whole[lo:hi])
+        mm = getattr(whole, "_mmap", None)
+        row = self.dtype.itemsize * math.prod(self.shape[1:])
+        release_pages(mm, lo * row, hi * row)
+        if hi >= self.shape[0]:
+            self.whole = None
+            self._on_disk = False
+            del whole
+        return out
 
     def _finish(self) -> None:
         # One more read reaches the end of the member, where zipfile verifies the CRC.
