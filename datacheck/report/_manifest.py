@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["BATCH_ROWS", "count_by", "iter_manifest", "manifest_rows"]
+__all__ = ["BATCH_ROWS", "codes", "count_by", "iter_manifest", "manifest_rows", "string_array"]
 
 BATCH_ROWS = 1 << 16
 """Rows decoded at a time: ~2 MB of plain columns, whatever the manifest's size."""
@@ -27,6 +27,35 @@ _COUNT_ROWS = 1 << 18
 """Rows counted at a time: codes only (~5 MB), so larger batches than for views."""
 
 _TEXT = ("path", "column", "check", "severity", "value")
+
+
+def string_array(texts: Iterable[str]) -> pa.Array:
+    """Strings as an Arrow array without ``pa.array`` (which imports pandas: 0.3 s a process)."""
+    from datacheck.findings import _strings
+
+    return _strings(list(texts))
+
+
+def codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """(int64 code per value, the dictionary's values): a null's code is the dictionary's
+    length.  Read from the buffers: ``to_numpy``, ``fill_null`` and ``pa.scalar`` import
+    pandas (0.3 s a process)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    from datacheck.checks._columns import validity
+
+    indices, labels = arr.indices, arr.dictionary.to_pylist()
+    width = np.dtype(f"i{indices.type.bit_width // 8}")
+    out = np.frombuffer(
+        indices.buffers()[1],
+        dtype=width,
+        count=len(indices),
+        offset=indices.offset * width.itemsize,
+    ).astype(np.int64)
+    if indices.null_count:
+        out[~validity(indices)] = len(labels)
+    return out, labels
 
 
 def _plain(table: pa.Table) -> pa.Table:
@@ -100,7 +129,7 @@ def iter_manifest(
         mask = None
         for column, wanted in where.items():
             values = table[column].cast(pa.string())
-            hit = pc.fill_null(pc.is_in(values, pa.array(wanted, pa.string())), False)
+            hit = pc.is_in(values, string_array(wanted))  # a null is never in it: False
             mask = hit if mask is None else pc.and_(mask, hit)
         if rows_only:
             valid = pc.is_valid(table["row"])
@@ -119,21 +148,20 @@ def count_by(
     rows_only: bool = False,
 ) -> dict[tuple[Any, ...], int]:
     """Findings per distinct value of ``keys`` (a tuple per group), streamed."""
+    from datacheck.checks._columns import validity
+
     out: dict[tuple[Any, ...], int] = {}
     read = [*keys, "row"] if rows_only and "row" not in keys else keys
     for table in iter_manifest(path, read, where, batch_rows=_COUNT_ROWS, plain=False):
-        keep = np.asarray(pc.is_valid(table["row"])) if rows_only else slice(None)
-        codes, labels = [], []
+        keep = validity(table["row"].combine_chunks()) if rows_only else slice(None)
+        per_key, labels = [], []
         for k in keys:
-            arr = table[k].combine_chunks()
-            if not pa.types.is_dictionary(arr.type):
-                arr = pc.dictionary_encode(arr)
-            # a null is one more code, after the dictionary's
-            n = len(arr.dictionary)
-            codes.append(np.asarray(arr.indices.fill_null(n).to_numpy(), dtype=np.int64)[keep])
-            labels.append([*arr.dictionary.to_pylist(), None])
+            c, values = codes(table[k])
+            per_key.append(c[keep])
+            labels.append([*values, None])  # a null's code is one past the dictionary
         sizes = [len(x) for x in labels]
-        per_code = np.bincount(np.ravel_multi_index(codes, sizes), minlength=int(np.prod(sizes)))
+        flat = np.ravel_multi_index(per_key, sizes)
+        per_code = np.bincount(flat, minlength=int(np.prod(sizes)))
         for code in np.flatnonzero(per_code).tolist():
             at = np.unravel_index(code, sizes)
             key = tuple(labels[i][int(c)] for i, c in enumerate(at))

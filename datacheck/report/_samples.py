@@ -24,26 +24,23 @@ __all__ = ["COLUMNS", "first_per", "sample_findings"]
 COLUMNS = ["path", "row", "column", "check", "severity", "value", "count"]
 
 
-def _codes(col: pa.ChunkedArray) -> np.ndarray:
-    arr = col.combine_chunks()
-    if not pa.types.is_dictionary(arr.type):
-        arr = pc.dictionary_encode(arr)
-    return np.asarray(arr.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def first_per(table: pa.Table, key: str, k: int) -> pa.Table:
     """The first ``k`` rows of ``table`` for each value of ``key``, errors before warnings,
     otherwise in table order."""
     if not table.num_rows or k < 1:
         return table.slice(0, 0)
-    codes = _codes(table[key])
-    warn = np.asarray(pc.equal(table["severity"].cast(pa.string()), "warning").fill_null(False))
+    from datacheck.findings import _numeric
+    from datacheck.report._manifest import codes as dict_codes
+
+    codes, _ = dict_codes(table[key])
+    severity, labels = dict_codes(table["severity"])
+    warn = severity == (labels.index("warning") if "warning" in labels else -1)
     order = np.lexsort((warn, codes))  # stable: by key, errors first, then table order
     ranked = codes[order]
     new = np.r_[True, ranked[1:] != ranked[:-1]]
     starts = np.flatnonzero(new)
     position = np.arange(len(ranked)) - starts[np.cumsum(new) - 1]
-    return table.take(pa.array(np.sort(order[position < k])))
+    return table.take(_numeric(np.sort(order[position < k]).astype(np.int64)))
 
 
 def _wanted(report: ReportData, per: str, k: int, exclude: tuple[str, ...]) -> dict[str, Any]:
@@ -83,7 +80,7 @@ def sample_findings(
         ``check``, ``severity``, ``value`` (the bad value, or the message) and ``count``,
         sorted by ``per`` then as picked.
     """
-    from datacheck.report._manifest import iter_manifest
+    from datacheck.report._manifest import iter_manifest, string_array
 
     wanted = _wanted(report, per, k, exclude)
     picked: dict[str, list[dict[str, Any]]] = {}
@@ -91,7 +88,7 @@ def sample_findings(
         return []
     for table in iter_manifest(report.manifest_path, COLUMNS):
         if exclude:
-            keep = pc.invert(pc.is_in(table["check"], pa.array(list(exclude), pa.string())))
+            keep = pc.invert(pc.is_in(table["check"], string_array(exclude)))
             table = table.filter(keep)
         for row in first_per(table, per, k).to_pylist():
             picked.setdefault(str(row[per]), []).append(row)
