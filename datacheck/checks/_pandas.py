@@ -161,24 +161,28 @@ class Outcome:
 
 
 def run_check(check: Any, obj: Any) -> Outcome:
-    """Run a pandera check on a pandas Series or DataFrame (RangeIndex) as pandera does."""
+    """Run a pandera check on a pandas Series or DataFrame (RangeIndex) and read its answer as
+    pandera does (``backends/pandas/checks.py``): a boolean Series aligned with the rows it
+    checked names the failing rows; a boolean DataFrame the failing cells that are not null;
+    anything else (one value, a Series on other labels, ``value_counts()``) is one verdict."""
     import pandas as pd
 
     if isinstance(check, NumericCheck):
         return Outcome(error=f"TypeError: {check.name} needs numeric data, got {obj.dtype}")
     try:
-        out = check(obj).check_output
+        res = check(obj)
     except Exception as exc:  # noqa: BLE001 - pandera reports a raising check as a failure
         text = " ".join(str(exc).split())[:200]
         return Outcome(error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
-    if isinstance(out, pd.DataFrame):
+    out, checked = res.check_output, res.checked_object
+    if isinstance(out, pd.DataFrame) and isinstance(checked, pd.DataFrame):
         bad: dict[str | None, np.ndarray] = {}
         for name in out.columns:
-            col = out[name]
-            bad[str(name)] = np.asarray(col.index[~col.to_numpy(dtype=bool)], dtype=np.int64)
+            fails = ~out[name].to_numpy(dtype=bool) & checked[name].notna().to_numpy()
+            bad[str(name)] = np.asarray(out.index[fails], dtype=np.int64)
         return Outcome(bad=bad)
-    if isinstance(out, pd.Series):
+    if isinstance(out, pd.Series) and out.index.equals(checked.index):
         key = getattr(obj, "name", None) if isinstance(obj, pd.Series) else None
-        bad_rows = np.asarray(out.index[~out.to_numpy(dtype=bool)], dtype=np.int64)
-        return Outcome(bad={key: bad_rows})
-    return Outcome(passed=bool(out))
+        rows = np.asarray(out.index[~out.to_numpy(dtype=bool)], dtype=np.int64)
+        return Outcome(bad={key: rows})
+    return Outcome(passed=bool(res.check_passed))

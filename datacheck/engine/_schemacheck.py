@@ -1,16 +1,15 @@
 """The schema's side of scanning one work unit.
 
-Per chunk: which compiled column (name, ``regex`` pattern or index level) a file column is,
-``coerce``, and the checks that run through pandera.  Per file: missing, unexpected, misplaced
-and mistyped columns; and what needs every row (``unique``, a check answering for the whole
-column, schema-level checks), gathered chunk by chunk and decided in :meth:`SchemaRun.finish`.
+Per chunk: which compiled column (name, ``regex`` patterns, index level, or the schema's cast
+of undeclared columns) a file column is, ``default`` and ``coerce``, and the checks that run
+through pandera.  What needs every row (``unique``, a check that is not element-wise,
+schema-level checks) is gathered chunk by chunk and decided in :meth:`SchemaRun.finish`;
+file-level findings are :mod:`._schemafile`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -22,12 +21,13 @@ import pyarrow.compute as pc
 from datacheck import findings as fnd
 from datacheck.checks._columns import is_numeric, leaf_type
 from datacheck.checks._numpy import Hits, RowMap, group_by_row
-from datacheck.checks._pandas import Outcome, report_name, run_check
+from datacheck.checks._pandas import ELEMENTWISE, NumericCheck, Outcome, report_name, run_check
 from datacheck.checks._registry import Severity
 from datacheck.checks._rules import ColumnRules, default_rules
+from datacheck.engine._schemafile import file_findings, index_columns, match_index, parse_type
 from datacheck.schema._coerce import cast, categories_outside
-from datacheck.schema._compile import ColumnSpec, CompiledSchema, spec_rules
 from datacheck.schema._dtypes import arrow_type_for, dtype_matches
+from datacheck.schema._spec import ColumnSpec, CompiledSchema, spec_rules
 
 ERR = Severity.ERROR
 _KEEP = {"all": False, "exclude_first": "first", "exclude_last": "last"}
@@ -44,15 +44,6 @@ def _union(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
     if a is None or b is None:
         return b if a is None else a
     return a | b
-
-
-def _parse_type(dname: str | None) -> pa.DataType | None:
-    """What a CSV column of this dtype is parsed as: float64 for integers (a ``nan`` or a
-    ``1.5`` in an integer column is data to check), the float's own width otherwise."""
-    t = arrow_type_for(dname)
-    if t is None or pa.types.is_string(t):
-        return None
-    return pa.float64() if pa.types.is_integer(t) else t
 
 
 def _parse(arr: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
@@ -76,18 +67,6 @@ def _severity(check: Any) -> Severity:
     return Severity.WARNING if getattr(check, "raise_warning", False) else ERR
 
 
-def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:
-    """Columns pandas stored the index in, and a stored RangeIndex (start/step) if any."""
-    meta = getattr(arrow_schema, "metadata", None) or {}
-    try:
-        index = json.loads(meta[b"pandas"]).get("index_columns", [])
-    except (KeyError, ValueError, AttributeError, TypeError):
-        return [], None
-    names = [c for c in index if isinstance(c, str)]
-    ranges = [c for c in index if isinstance(c, dict) and c.get("kind") == "range"]
-    return names, (ranges[0] if ranges else None)
-
-
 class SchemaRun:
     """Schema checks of one work unit (the whole file when the schema needs every row)."""
 
@@ -100,12 +79,16 @@ class SchemaRun:
         self.path = path
         self.arrow_schema = arrow_schema
         self.stored_index, self.range_index = index_columns(arrow_schema)
-        self.index_specs = dict(zip(self.stored_index, schema.index, strict=False))
+        self.index_specs = match_index(self.stored_index, schema.index, schema.index_ordered)
         self.cache: dict[str, ColumnSpec | None] = {}
-        self.unique_parts: dict[tuple[str, ...], list[pa.Array | pa.Table]] = {}
-        self.aggregates: dict[tuple[str, int], list[pa.Array]] = {}
-        self.frame_parts: dict[int, list[pa.Table]] = {}
-        self.frame_aggregate: set[int] = set()
+        self.unique_columns: dict[str, list[pa.Array]] = {}
+        self.unique_sets: dict[int, list[pa.Table]] = {}
+        self.whole: dict[tuple[str, int], list[pa.Array]] = {}
+        """Checks that see the whole column at once (not element-wise), by column and index."""
+        self.frames: list[pa.Table] = []
+        """The checked (cast) columns of every batch, for schema-level checks."""
+        self.current: dict[str, list[pa.Array]] = {}
+        """This batch's checked columns, piece by piece."""
         self.errors: dict[tuple[str | None, str], fnd.Finding] = {}
 
     def parsed_columns(self, columns: dict[str, str]) -> dict[str, str]:
@@ -115,29 +98,46 @@ class SchemaRun:
         return {
             n: str(t)
             for n, t in self.schema.arrow_types.items()
-            if columns.get(n) == "string" and _parse_type(self.schema.columns[n].dtype)
+            if columns.get(n) == "string" and parse_type(self.schema.columns[n].dtype)
         }
 
     # --- per column ---------------------------------------------------------------------
 
     def spec(self, name: str) -> ColumnSpec | None:
+        """The schema column (merged, index level, or the schema's cast of undeclared
+        columns) a file column is, None for a column the schema says nothing about."""
         if name not in self.cache:
             spec = self.index_specs.get(name)
-            self.cache[name] = spec if spec is not None else self.schema.spec_for(name)
+            if spec is None and name not in self.stored_index:
+                spec = self.schema.spec_for(name) or self.schema.undeclared
+            self.cache[name] = spec
         return self.cache[name]
+
+    def dropped(self, name: str) -> bool:
+        """``strict: filter``: pandera drops a column it does not declare, unchecked."""
+        return (
+            self.schema.strict == "filter"
+            and name not in self.stored_index
+            and self.schema.spec_for(name) is None
+        )
 
     def column(
         self, name: str, arr: pa.Array, is_float: bool, numeric: bool, offset: int, emit: Emit
     ) -> tuple[pa.Array, ColumnRules]:
-        """The array to check (after ``coerce``) and its rules.
+        """The array to check (after ``default`` and ``coerce``) and its rules.
 
         A value that cannot be read or cast as the schema says is a ``schema`` finding at its
         row, and null afterwards (never also a ``null`` finding)."""
         spec = self.spec(name)
         if spec is None:
-            return arr, default_rules(is_float, numeric)
+            if self.dropped(name):
+                return arr, NOTHING
+            self.current.setdefault(name, []).append(arr)
+            return arr, undeclared_rules(is_float, numeric)
         source, bad = arr, None
-        if self.text and pa.types.is_string(arr.type) and (target := _parse_type(spec.dtype)):
+        if spec.default is not None and arr.null_count:
+            arr = fill_default(arr, spec)
+        if self.text and pa.types.is_string(arr.type) and (target := parse_type(spec.dtype)):
             arr, bad = _parse(arr, target)
             if pa.types.is_integer(arrow_type_for(spec.dtype)):  # a CSV's integers: 2.4 is bad
                 arr, cast_bad = self._cast(name, spec, arr, offset, emit)
@@ -150,11 +150,12 @@ class SchemaRun:
         rules = spec_rules(spec, is_float, numeric)
         schema_bad = _union(bad, categories_outside(arr, spec.target))
         if schema_bad is not None:
-            self._emit_mask(name, "schema", schema_bad, offset, emit)
+            _emit_mask(name, "schema", schema_bad, offset, emit)
         if bad is not None and rules.null is not None:
             nulls = ~_mask(pc.is_valid(arr)) & ~bad
-            self._emit_mask(name, "null", nulls, offset, emit, rules.null)
+            _emit_mask(name, "null", nulls, offset, emit, rules.null)
             rules = replace(rules, null=None)
+        self.current.setdefault(name, []).append(arr)
         return arr, rules
 
     def _cast(
@@ -166,47 +167,40 @@ class SchemaRun:
         result = cast(arr, spec.target)
         if pa.types.is_floating(arr.type) and not pa.types.is_floating(result.values.type):
             valid = _mask(pc.is_valid(arr))
-            self._emit_mask(name, "nan", valid & _mask(pc.is_nan(arr)), offset, emit)
-            self._emit_mask(name, "inf", valid & _mask(pc.is_inf(arr)), offset, emit)
+            _emit_mask(name, "nan", valid & _mask(pc.is_nan(arr)), offset, emit)
+            _emit_mask(name, "inf", valid & _mask(pc.is_inf(arr)), offset, emit)
         if result.error is not None:
             finding = fnd.Finding(self.path, "schema", ERR, result.error, name)
             self.errors.setdefault((name, "schema"), finding)
         return result.values, result.bad
 
-    @staticmethod
-    def _emit_mask(
-        name: str, check: str, mask: np.ndarray, offset: int, emit: Emit, sev: Severity = ERR
-    ) -> None:
-        h = group_by_row(check, sev, mask, RowMap(len(mask)), None)
-        if h is not None:
-            emit(name, h, offset)
-
     def pandas_checks(
         self, name: str, arr: pa.Array, rules: ColumnRules, offset: int, emit: Emit
     ) -> None:
-        """Checks with no Arrow body run through pandera; one finding per row and check."""
+        """Checks with no Arrow body run through pandera: element-wise ones on each batch
+        (one finding per row and check), the others on the whole column in :meth:`finish`."""
         spec = self.spec(name)
         if spec is not None and spec.unique:
-            self.unique_parts.setdefault((name,), []).append(arr)
+            self.unique_columns.setdefault(name, []).append(arr)
         if not rules.pandas_checks:
             return
-        series = arr.to_pandas()
-        series.name = name
+        series = None
         merged: dict[tuple[str, Severity], np.ndarray] = {}
         for i, check in enumerate(rules.pandas_checks):
             key = (name, i)
-            if key in self.aggregates:
-                self.aggregates[key].append(arr)
+            if key in self.whole or not per_value(check):
+                self.whole.setdefault(key, []).append(arr)
                 continue
+            if series is None:
+                series = arr.to_pandas()
+                series.name = name
             out = run_check(check, series)
-            if out.passed is not None:  # answers for the whole column: decided at the end
-                self.aggregates[key] = [arr]
+            if out.passed is not None:  # it answered for the batch as a whole after all
+                self.whole[key] = [arr]
                 continue
             self._outcome(name, check, out, len(arr), offset, emit, merged)
         for (check_name, sev), mask in merged.items():
-            h = group_by_row(check_name, sev, mask, RowMap(len(arr)), None)
-            if h is not None:
-                emit(name, h, offset)
+            _emit_mask(name, check_name, mask, offset, emit, sev)
 
     def _outcome(
         self,
@@ -218,125 +212,129 @@ class SchemaRun:
         emit: Emit,
         merged: dict[tuple[str, Severity], np.ndarray] | None = None,
     ) -> None:
-        """Failing rows go to ``merged`` (one mask per check name) or straight to ``emit``."""
+        """Failing rows go to ``merged`` (one mask per check name) or straight to ``emit``;
+        a check that raised is one finding; a verdict on the whole of it, one finding."""
         name, sev = report_name(check), _severity(check)
         if out.error is not None:  # once per column and check, row null
             finding = fnd.Finding(self.path, name, sev, out.error, column)
             self.errors.setdefault((column, name), finding)
             return
+        if out.passed is False:
+            finding = fnd.Finding(self.path, name, sev, "failed on the whole file", column)
+            self.errors.setdefault((column, name), finding)
+            return
         for col, rows in (out.bad or {}).items():
+            mask = np.zeros(n, dtype=bool)
             if merged is not None:
-                mask = merged.setdefault((name, sev), np.zeros(n, dtype=bool))
-                mask[rows] = True
-            else:
-                mask = np.zeros(n, dtype=bool)
-                mask[rows] = True
-                h = group_by_row(name, sev, mask, RowMap(n), None)
-                if h is not None:
-                    emit(col, h, offset)
+                mask = merged.setdefault((name, sev), mask)
+            mask[rows] = True
+            if merged is None:
+                _emit_mask(col, name, mask, offset, emit, sev)
 
     # --- per batch ----------------------------------------------------------------------
 
     def batch(self, batch: Any, offset: int, emit: Emit, check_column: Callable[..., None]) -> None:
-        """Schema-level uniqueness and checks, and index levels that are row numbers."""
-        import pandas as pd
-
+        """Columns pandera would add, index levels that are row numbers, and what schema-level
+        checks and uniqueness need: the checked columns of the batch."""
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-        names = set(table.schema.names)
-        for cols, _keep in self.schema.unique:  # pandera: the set's columns that exist
-            present = tuple(c for c in cols if c in names)
-            if present:
-                self.unique_parts.setdefault(cols, []).append(table.select(list(present)))
+        n = table.num_rows
+        for name, spec in self.schema.columns.items():  # add_missing_columns
+            if spec.fill and not spec.regex and name not in table.schema.names:
+                self.cache.setdefault(name, spec)
+                check_column(name, missing_column(spec, n), offset)
+        checked = self._checked(table)
         if self.schema.index and not self.stored_index:
-            start, step = 0, 1
-            if self.range_index is not None:
-                start, step = (
-                    int(self.range_index.get("start", 0)),
-                    int(self.range_index.get("step", 1)),
-                )
             spec = self.schema.index[0]
-            rows = pa.array(
-                start + step * np.arange(offset, offset + batch.num_rows, dtype=np.int64)
-            )
             self.cache.setdefault(spec.name, spec)
-            check_column(spec.name, rows, offset)
-        if not self.schema.frame_checks:
+            check_column(spec.name, self._row_numbers(offset, n), offset)
+        self.current = {}
+        if not (self.schema.unique or self.schema.frame_checks):
             return
+        for i, (cols, _keep) in enumerate(self.schema.unique):  # pandera: the columns present
+            present = [c for c in dict.fromkeys(cols) if c in checked.schema.names]
+            if present:
+                self.unique_sets.setdefault(i, []).append(checked.select(present))
+        if self.schema.frame_checks:
+            self._frame_batch(checked, offset, emit)
+
+    def _row_numbers(self, offset: int, n: int) -> pa.Array:
+        start, step = 0, 1
+        if self.range_index is not None:
+            start = int(self.range_index.get("start", 0))
+            step = int(self.range_index.get("step", 1))
+        return pa.array(start + step * np.arange(offset, offset + n, dtype=np.int64))
+
+    def _checked(self, table: pa.Table) -> pa.Table:
+        """The batch as pandera validates it: each column after ``default``/``coerce`` (as
+        checked here), without the index and the columns ``strict: filter`` drops."""
+        columns: dict[str, Any] = {}
+        for name, column in zip(table.schema.names, table.columns, strict=True):
+            if name in self.stored_index or self.dropped(name):
+                continue
+            pieces = self.current.get(name)
+            columns[name] = pa.chunked_array(pieces) if pieces else column
+        for name, pieces in self.current.items():  # columns pandera adds
+            if name not in columns and name in self.schema.columns:
+                columns[name] = pa.chunked_array(pieces)
+        return pa.table(columns) if columns else pa.table({})
+
+    def _frame_batch(self, checked: pa.Table, offset: int, emit: Emit) -> None:
+        """Element-wise schema-level checks run on each batch; the others see the whole file
+        (:meth:`finish`)."""
+        if not all(per_value(c) for c in self.schema.frame_checks):
+            self.frames.append(checked)
         frame = None
-        for i, check in enumerate(self.schema.frame_checks):
-            if i in self.frame_aggregate:
-                self.frame_parts[i].append(table)
+        for check in self.schema.frame_checks:
+            if not per_value(check):
                 continue
             if frame is None:
-                frame = table.to_pandas()
-                frame.index = pd.RangeIndex(len(frame))  # positions: rows of the batch
-            out = run_check(check, frame)
-            if out.passed is not None:
-                self.frame_aggregate.add(i)
-                self.frame_parts[i] = [table]
-                continue
-            self._outcome(None, check, out, table.num_rows, offset, emit)
+                frame = _frame(checked)
+            self._outcome(None, check, run_check(check, frame), checked.num_rows, offset, emit)
 
     # --- per file -----------------------------------------------------------------------
 
     def finish(self, emit: Emit) -> list[fnd.Finding]:
-        """What needs every row of the file: uniqueness and whole-column verdicts."""
-        out: list[fnd.Finding] = list(self.errors.values())
-        for cols, parts in self.unique_parts.items():
-            keep = self._keep(cols)
-            if len(cols) == 1 and isinstance(parts[0], pa.Array):  # a column: nulls ignored
-                series = pa.chunked_array(parts).to_pandas()
-                dup = np.zeros(len(series), dtype=bool)
-                present = series.notna().to_numpy()
-                dup[present] = series[present].duplicated(keep=keep).to_numpy()
-            else:
-                dup = pa.concat_tables(parts).to_pandas().duplicated(keep=keep).to_numpy()
-            h = group_by_row("unique", ERR, dup, RowMap(len(dup)), None)
-            if h is not None:
-                emit(",".join(cols), h, 0)
-        for (name, i), arrays in self.aggregates.items():
+        """What needs every row of the file: uniqueness and checks of the whole column."""
+        for name, parts in self.unique_columns.items():  # a column: nulls ignored, as pandera
+            series = pa.chunked_array(parts).to_pandas()
+            dup = np.zeros(len(series), dtype=bool)
+            present = series.notna().to_numpy()
+            spec = self.spec(name)
+            keep = _KEEP[spec.unique if spec is not None and spec.unique else "all"]
+            dup[present] = series[present].duplicated(keep=keep).to_numpy()
+            _emit_mask(name, "unique", dup, 0, emit)
+        self._unique_sets(emit)
+        for (name, i), arrays in self.whole.items():
             spec = self.spec(name)
             check = self._pandas_check(spec, name, arrays[0], i)
             series = pa.chunked_array(arrays).to_pandas()
             series.name = name
-            res = run_check(check, series)
-            out += self._verdict(name, check, res)
-        for i, tables in self.frame_parts.items():
-            check = self.schema.frame_checks[i]
-            out += self._verdict(
-                None, check, run_check(check, pa.concat_tables(tables).to_pandas())
-            )
-        return out
+            self._outcome(name, check, run_check(check, series), len(series), 0, emit)
+        if self.frames:
+            frame = _frame(pa.concat_tables(self.frames, promote_options="default"))
+            for check in self.schema.frame_checks:
+                if not per_value(check):
+                    self._outcome(None, check, run_check(check, frame), len(frame), 0, emit)
+        return list(self.errors.values())
 
-    def _keep(self, cols: tuple[str, ...]) -> Any:
-        if len(cols) == 1:
-            spec = self.spec(cols[0])
-            if spec is not None and spec.unique:
-                return _KEEP[spec.unique]
-        for c, keep in self.schema.unique:
-            if c == cols:
-                return _KEEP[keep]
-        return False
+    def _unique_sets(self, emit: Emit) -> None:
+        """pandera checks the sets in turn and reports the first with duplicated rows."""
+        for i, (cols, keep) in enumerate(self.schema.unique):
+            parts = self.unique_sets.get(i)
+            if not parts:
+                continue
+            frame = pa.concat_tables(parts, promote_options="default").to_pandas()
+            dup = frame.duplicated(keep=_KEEP[keep]).to_numpy()
+            if dup.any():
+                present = [c for c in dict.fromkeys(cols) if c in frame.columns]
+                _emit_mask(",".join(present), "unique", dup, 0, emit)
+                return
 
     def _pandas_check(self, spec: ColumnSpec | None, name: str, arr: pa.Array, i: int) -> Any:
         is_float = pa.types.is_floating(arr.type)
         numeric = is_float or pa.types.is_integer(arr.type)
         assert spec is not None  # only schema columns have pandas checks
         return spec_rules(spec, is_float, numeric).pandas_checks[i]
-
-    def _verdict(self, column: str | None, check: Any, res: Outcome) -> list[fnd.Finding]:
-        name, sev = report_name(check), _severity(check)
-        if res.error is not None:
-            return [fnd.Finding(self.path, name, sev, res.error, column)]
-        if res.passed is False:
-            return [fnd.Finding(self.path, name, sev, "failed on the whole file", column)]
-        if res.bad:  # an aggregate that answered per row on the whole file
-            return [
-                fnd.Finding(self.path, name, sev, None, col, int(r))
-                for col, rows in res.bad.items()
-                for r in rows
-            ]
-        return []
 
     def file_findings(self, columns: dict[str, str], partition_columns: Any) -> list[fnd.Finding]:
         """Columns missing, unexpected, out of order, repeated, or of another dtype."""
@@ -349,82 +347,62 @@ class SchemaRun:
         return file_findings(self, columns, names, types, partition_columns)
 
 
-def file_findings(
-    run: SchemaRun,
-    columns: dict[str, str],
-    names: list[str],
-    types: dict[str, Any],
-    partition_columns: Any,
-) -> list[fnd.Finding]:
-    schema, path = run.schema, run.path
-    out: list[fnd.Finding] = []
-    index = set(run.stored_index)
-    for name, spec in schema.columns.items():
-        if spec.regex:
-            matched = [c for c in columns if c not in index and re.match(name, c)]
-            if not matched and spec.required:
-                msg = "no column matches the pattern (regex: true)"
-                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
-            for c in matched:
-                out += _dtype_finding(path, c, types.get(c), spec)
-            continue
-        if name not in columns:
-            if spec.required and not spec.fill and name not in partition_columns:
-                out.append(fnd.Finding(path, "schema", ERR, "column missing", column=name))
-            continue
-        out += _dtype_finding(path, name, types.get(name), spec, run.text)
-    for name, spec in run.index_specs.items():
-        out += _dtype_finding(path, name, types.get(name), spec)
-    if schema.index and not run.stored_index:
-        spec = schema.index[0]
-        out += _dtype_finding(path, spec.name, pa.int64(), spec)
-    for i, spec in enumerate(schema.index):  # pandera checks a named level's name
-        actual = run.stored_index[i] if i < len(run.stored_index) else None
-        if not spec.name.startswith("__index_level_") and actual not in (None, spec.name):
-            msg = f"index level named {actual!r}, schema says {spec.name!r}"
-            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
-        elif not spec.name.startswith("__index_level_") and actual is None and i == 0:
-            msg = f"the file stores no index (pandas reads the row number), schema names it {spec.name!r}"
-            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
-    stored = len(run.stored_index) or 1  # no stored index: the row number, one level
-    for spec in schema.index[stored:]:
-        msg = f"index level missing: the file stores {stored} index level(s)"
-        out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
-    known = [c for c in columns if c not in index]
-    if schema.dtype is not None and not schema.columns:  # pandera: then it covers every column
-        for name in known:
-            if run.spec(name) is None and not dtype_matches(schema.dtype, types.get(name)):
-                msg = f"dtype {types.get(name)}, schema says {schema.dtype}"
-                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
-    if schema.strict is True:
-        for name in known:
-            if run.spec(name) is None:
-                msg = "unexpected column (schema is strict)"
-                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
-    if schema.ordered:
-        order = [c for c in known if c in schema.columns]
-        expected = [c for c in schema.columns if c in order]
-        for got, want in zip(order, expected, strict=True):
-            if got != want:
-                msg = f"column out of order (schema is ordered): expected {want!r} here"
-                out.append(fnd.Finding(path, "schema", ERR, msg, column=got))
-    if schema.unique_column_names and len(set(names)) != len(names):
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                out.append(fnd.Finding(path, "schema", ERR, "column name repeated", column=name))
-            seen.add(name)
-    return out
+NOTHING = ColumnRules(nan=None, inf=None)
+"""No check at all: a column ``strict: filter`` drops."""
 
 
-def _dtype_finding(
-    path: str, name: str, t: Any, spec: ColumnSpec, text: bool = False
-) -> list[fnd.Finding]:
-    if t is None or spec.dtype is None or dtype_matches(spec.dtype, t):
-        return []
-    if pa.types.is_string(t) and _parse_type(spec.dtype) is not None and text:
-        return []  # a CSV's numeric column, read as text and parsed cell by cell
-    if spec.coerce and spec.target is not None:
-        return []  # any column can be cast: what fails is found value by value
-    msg = f"dtype {t}, schema says {spec.dtype}"
-    return [fnd.Finding(path, "schema", ERR, msg, column=name)]
+def undeclared_rules(is_float: bool, numeric: bool) -> ColumnRules:
+    """A column the schema does not declare keeps datacheck's own checks (NaN, Inf, the fp16
+    warning), not the null warning of a scan without a schema."""
+    return replace(default_rules(is_float, numeric), null=None)
+
+
+def per_value(check: Any) -> bool:
+    """A check whose answer for a row depends on that row alone: it may run batch by batch."""
+    return (
+        isinstance(check, NumericCheck)
+        or check.name in ELEMENTWISE
+        or bool(getattr(check, "element_wise", False))
+    )
+
+
+def _frame(table: pa.Table) -> Any:
+    import pandas as pd
+
+    frame = table.to_pandas()
+    frame.index = pd.RangeIndex(len(frame))  # positions: rows of the batch or file
+    return frame
+
+
+def _emit_mask(
+    name: str | None, check: str, mask: np.ndarray, offset: int, emit: Emit, sev: Severity = ERR
+) -> None:
+    h = group_by_row(check, sev, mask, RowMap(len(mask)), None)
+    if h is not None:
+        emit(name, h, offset)
+
+
+def fill_default(arr: pa.Array, spec: ColumnSpec) -> pa.Array:
+    """pandera's ``default``: nulls take it before anything else (NaN stays NaN here: it is
+    reported as NaN)."""
+    try:
+        if pa.types.is_null(arr.type):
+            return pa.array([spec.default] * len(arr))
+        return pc.fill_null(arr, pa.scalar(spec.default, arr.type))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        return arr
+
+
+def missing_column(spec: ColumnSpec, n: int) -> pa.Array:
+    """The column pandera's ``add_missing_columns`` adds: its default (or nulls), cast to its
+    dtype."""
+    import pandas as pd
+
+    series = pd.Series([spec.default] * n if spec.default is not None else [None] * n)
+    if spec.target is not None:
+        with contextlib.suppress(Exception):
+            series = spec.target.try_coerce(series)
+    try:
+        return pa.array(series, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.nulls(n)

@@ -3,17 +3,13 @@
 The rule: each field pandera offers either runs (with pandera's meaning, or a difference listed
 in :data:`DIFFERENCES`) or the schema is refused with one line.  Nothing is dropped.
 
-Per column there are two plans, picked by the file's Arrow type at scan time (never by the
-schema's dtype, which may be absent or wrong): ``rules`` for numeric data (range, membership
-and magnitude checks run vectorised on Arrow buffers; the rest through pandera on pandas) and
-``other_rules`` for anything else (every check through pandera on pandas).
+What comes out is a :class:`~datacheck.schema._spec.CompiledSchema` (``_spec.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import replace
 from typing import Any
 
 from datacheck.checks._pandas import ELEMENTWISE, NumericCheck
@@ -25,51 +21,13 @@ from datacheck.checks._rules import (
     Normalized,
     Range,
     Reference,
-    default_rules,
 )
 from datacheck.errors import SchemaError
+from datacheck.schema._differences import DIFFERENCES
 from datacheck.schema._dtypes import arrow_type_for, dtype_name
+from datacheck.schema._spec import ColumnSpec, CompiledSchema
 
-DIFFERENCES: dict[str, str] = {
-    "nan": "NaN is not null: a float NaN is a `nan` finding even in a nullable column "
-    "(pandera: NaN is null, so it passes a nullable column and fails a non-nullable one as "
-    "`not_nullable`). Checks skip NaN unless `ignore_na: false`, as in pandera.",
-    "inf": "+/-Inf is always an `inf` finding; range and magnitude checks skip it (pandera: "
-    "it fails `less_than` etc.).",
-    "rows": "`row` is the row in the file (0-based); pandera's index is the DataFrame index.",
-    "range_name": "`in_range`, `greater_than*`, `less_than*` (and `between`, `gt`, ...) report "
-    "as `out_of_range`, one finding per value however many range checks it fails.",
-    "dtype": "`dtype` is compared with the file's stored (Arrow) type: `int64` means a 64-bit "
-    "integer column, so an int64 column with nulls passes (pandas would read it as float64); "
-    "datetime/timedelta units are not compared.",
-    "unique": "`unique` (column or schema) reports under `unique`, one finding per duplicated "
-    "row (a schema-level set names its columns joined by ','); it needs the file whole in one "
-    "work unit and keeps those columns' values in memory. A column's nulls are ignored, as in "
-    "pandera.",
-    "fp16": "float columns without `max_abs` keep datacheck's own `extreme` warning "
-    "(abs(x) > 65504, the float16 maximum); pandera has no such check.",
-    "text_dtype": "CSV/JSON Lines store no types: a column the schema gives a numeric or `str` "
-    "dtype is read as that type (a CSV cell that is not a number is a `schema` finding at its "
-    "row), others as Arrow infers them (pandas may infer another).",
-    "aggregate": "a check whose result is one value (`unique_values_eq`, a custom aggregate, "
-    "schema-level) is evaluated once on the whole file: its columns are held in memory.",
-    "index": "`index` levels are the columns pandas stored the index in (Parquet); with none "
-    "stored, the index is the row number, as pandas reads it.",
-    "coerce": "`coerce`: each value is cast as pandera casts it; a value pandera's cast fails "
-    "on, or that the cast would change without a word (pandera passes these: a fraction cut "
-    "to an integer, a number wrapped into a narrower integer, NaN or Inf into an integer, a "
-    "float overflowing to Inf, anything but 0/1 or True/False into `bool`), is a `schema` "
-    "finding at its row (where pandera fails the column as a whole, at each row it would "
-    "change) and null afterwards, with no `null` finding; a null stays null (pandera fails it "
-    "for numpy integer and bool dtypes, and makes it True for `bool`). The checks run on the "
-    "cast values (pandera runs them on the uncast column when a value fails).",
-    "check_error": "a check that raises on the data (e.g. `str_matches` on integers) is one "
-    "finding for the column, row null, with the exception as the value.",
-    "n_failure_cases": "`n_failure_cases` limits pandera's error message only: datacheck "
-    "reports every failing row.",
-    "drop_invalid_rows": "`drop_invalid_rows`: the rows pandera would drop are reported.",
-}
-"""Differences from pandera kept on purpose: the README's table is made from this one."""
+__all__ = ["DIFFERENCES", "ColumnSpec", "CompiledSchema", "compile_column", "compile_schema"]
 
 _NATIVE_RANGE = {
     "in_range": lambda s: (
@@ -110,140 +68,6 @@ _REFUSED_CHECKS = {
     "one_sample_ttest": "hypothesis tests",
     "two_sample_ttest": "hypothesis tests",
 }
-
-
-@dataclass(frozen=True)
-class ColumnSpec:
-    """One schema column (or index level) after compilation."""
-
-    name: str
-    rules: ColumnRules
-    """Rules for numeric data."""
-    required: bool = True
-    float_rules: ColumnRules | None = None
-    """``rules`` plus the fp16 warning when the schema sets no ``max_abs``, for float data."""
-    other_rules: ColumnRules | None = None
-    """Rules for data that is not numeric: every check runs through pandera."""
-    regex: bool = False
-    """``name`` is a pattern (pandera: ``re.match`` on each column name)."""
-    unique: str | None = None
-    """``report_duplicates`` when the column must be unique, else None."""
-    coerce: bool = False
-    fill: bool = False
-    """A missing column is added by pandera (``add_missing_columns`` with a default or nullable)."""
-    aggregate: bool = False
-    """Some check may answer for the column as a whole: the file is checked in one unit."""
-    target: Any = None
-    """pandera's own ``DataType`` (pandas engine): what ``coerce`` casts to, and a category's
-    categories."""
-
-    @property
-    def dtype(self) -> str | None:
-        return self.rules.dtype
-
-
-@dataclass(frozen=True)
-class CompiledSchema:
-    """What a scan needs from a schema; picklable, so it travels to worker processes."""
-
-    source: str
-    columns: Mapping[str, ColumnSpec] = field(default_factory=dict)
-    strict: bool | str = False
-    """True, False or ``"filter"`` (unexpected columns are dropped, not reported)."""
-    arrow_types: Mapping[str, Any] = field(default_factory=dict)
-    """Arrow types to parse text formats (CSV, JSON Lines) with."""
-    tensors: Any = None
-    """The ``tensors:`` section (a ``datacheck.schema._tensors.TensorSchema``), or None."""
-    media: Any = None
-    """The ``images:``/``tokens:`` sections (a ``datacheck.schema._media.MediaSchema``), or None."""
-    ordered: bool = False
-    unique_column_names: bool = False
-    unique: tuple[tuple[tuple[str, ...], str], ...] = ()
-    """Schema-level ``unique`` column sets with their ``report_duplicates``."""
-    frame_checks: tuple[Any, ...] = ()
-    """Schema-level pandera checks, run on the file's rows as a pandas DataFrame."""
-    index: tuple[ColumnSpec, ...] = ()
-    """Index levels, checked on the columns pandas stored the index in (or the row number)."""
-    dtype: str | None = None
-    """A schema-level ``dtype``: every column of the file must have it."""
-    mostly: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    """Column -> finding check -> the fraction of rows that must pass (a check's ``mostly``
-    option); the scan's verdict tolerates the rest (see ``datacheck.report._gate``)."""
-
-    def __reduce__(self) -> Any:
-        """Worker processes receive the schema; a check that is a lambda or a local function
-        does not pickle, so those travel through cloudpickle (installed with dask)."""
-        import pickle
-
-        state = {f.name: getattr(self, f.name) for f in fields(self)}
-        try:
-            pickle.dumps(state)
-        except (pickle.PicklingError, AttributeError, TypeError):
-            try:
-                import cloudpickle
-            except ImportError:
-                raise SchemaError(
-                    f"schema {self.source!r}: a check is a lambda or local function, which "
-                    "cannot reach worker processes; define it at module level or install "
-                    "cloudpickle"
-                ) from None
-            return (_from_bytes, (cloudpickle.dumps(state),))
-        return (_from_state, (state,))
-
-    def arrow_types_for(self, fmt: str) -> Mapping[str, Any]:
-        """The types to read a text format with.  CSV reads numeric columns as text, parsed
-        cell by cell in the scan: a cell like ``#DIV/0!`` is a finding at its row, not a
-        file the reader gives up on."""
-        if fmt != "csv":
-            return self.arrow_types
-        import pyarrow as pa
-
-        return {n: pa.string() for n in self.arrow_types}
-
-    def rules_for(self, name: str, is_float: bool, is_numeric: bool) -> ColumnRules:
-        spec = self.spec_for(name)
-        if spec is None:
-            return default_rules(is_float, is_numeric)
-        return spec_rules(spec, is_float, is_numeric)
-
-    def spec_for(self, name: str) -> ColumnSpec | None:
-        spec = self.columns.get(name)
-        if spec is not None and not spec.regex:
-            return spec
-        import re
-
-        for s in self.columns.values():
-            if s.regex and re.match(s.name, name):
-                return s
-        return None
-
-    @property
-    def whole_file(self) -> bool:
-        """Some check needs a file's rows in one work unit (uniqueness, aggregates)."""
-        specs = (*self.columns.values(), *self.index)
-        return bool(self.unique or self.frame_checks or any(s.unique or s.aggregate for s in specs))
-
-    @property
-    def needs_pandera(self) -> bool:
-        """Workers must load pandera (the schema has checks that run through it)."""
-        specs = (*self.columns.values(), *self.index)
-        return bool(self.frame_checks) or any(s.rules.pandas_checks for s in specs)
-
-
-def _from_state(state: dict[str, Any]) -> CompiledSchema:
-    return CompiledSchema(**state)
-
-
-def _from_bytes(data: bytes) -> CompiledSchema:
-    import pickle
-
-    return CompiledSchema(**pickle.loads(data))
-
-
-def spec_rules(spec: ColumnSpec, is_float: bool, is_numeric: bool) -> ColumnRules:
-    if not is_numeric and spec.other_rules is not None:
-        return spec.other_rules
-    return spec.float_rules if is_float and spec.float_rules is not None else spec.rules
 
 
 def _severity(check: Any) -> Severity:
@@ -402,7 +226,17 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         fill,
         aggregate,
         dtype if dname is not None else None,
+        None if _isna(column.default) else column.default,
     )
+
+
+def _isna(value: Any) -> bool:
+    import pandas as pd
+
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _frame_options(schema: Any) -> None:
@@ -431,13 +265,20 @@ def _index_specs(schema: Any) -> tuple[ColumnSpec, ...]:
 
 
 def _unique_sets(schema: Any) -> tuple[tuple[tuple[str, ...], str], ...]:
-    unique = schema.unique
-    if unique is None:
+    """pandera's ``unique``: a column, a list of columns (one set), or a list of sets; each
+    set is checked in turn and the first with duplicated rows is reported."""
+    unique = schema.unique  # pandera keeps a lone name as [name]
+    if not unique:
         return ()
-    names = (unique,) if isinstance(unique, str) else tuple(unique)
-    if not names or not all(isinstance(n, str) for n in names):
-        raise SchemaError(f"unique must name columns, got {unique!r}")
-    return ((names, schema.report_duplicates),)
+    items = list(unique)
+    sets = [items] if all(isinstance(n, str) for n in items) else items
+    out = []
+    for names in sets:
+        if isinstance(names, (str, list, tuple)) and all(isinstance(n, str) for n in names):
+            out.append((tuple(names), schema.report_duplicates))  # a str: its letters, as pandera
+            continue
+        raise SchemaError(f"unique must name columns or sets of columns, got {unique!r:.60}")
+    return tuple(out)
 
 
 def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
@@ -453,6 +294,7 @@ def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
             _refuse_check(check, f"schema-level check {check.name!r}")
         index = _index_specs(schema)
         unique = _unique_sets(schema)
+        undeclared = _undeclared(schema)
     except SchemaError as exc:
         raise SchemaError(f"schema {source!r}: {exc}") from None
     arrow_types = {
@@ -469,4 +311,16 @@ def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
         frame_checks=tuple(schema.checks),
         index=index,
         dtype=dtype_name(schema.dtype, f"schema {source!r}"),
+        undeclared=undeclared,
+        index_ordered=bool(getattr(schema.index, "ordered", True)),
     )
+
+
+def _undeclared(schema: Any) -> ColumnSpec | None:
+    """A schema-level ``dtype`` with ``coerce``: pandera casts the columns it does not declare
+    too (nullable, no checks)."""
+    if schema.dtype is None or not schema.coerce:
+        return None
+    from pandera.api.pandas.components import Column
+
+    return compile_column("*", Column(schema.dtype, nullable=True, coerce=True), schema)

@@ -111,7 +111,7 @@ def _resolve(obj: Any, spec: str) -> Any:
     from pandera.api.pandas.container import DataFrameSchema
 
     if inspect.isclass(obj) and issubclass(obj, DataFrameModel):
-        return obj.to_schema()
+        return _to_schema(obj, spec)
     if isinstance(obj, DataFrameSchema):
         return obj
     if inspect.isfunction(obj):
@@ -125,7 +125,7 @@ def _resolve(obj: Any, spec: str) -> Any:
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code, reported in one line
             raise SchemaError(f"schema {spec!r}: calling it raised {_one_line(exc)}") from None
         if inspect.isclass(made) and issubclass(made, DataFrameModel):
-            return made.to_schema()
+            return _to_schema(made, spec)
         if isinstance(made, DataFrameSchema):
             return made
         obj = made
@@ -133,6 +133,17 @@ def _resolve(obj: Any, spec: str) -> Any:
         f"schema {spec!r}: {type(obj).__name__} is not a pandera DataFrameSchema, a "
         "DataFrameModel class, or a function with no arguments returning one"
     )
+
+
+def _to_schema(model: Any, spec: str) -> Any:
+    """A ``DataFrameModel``'s schema; the model's own error (a bad ``Field``, a check on a
+    field it does not have) is one line."""
+    try:
+        return model.to_schema()
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code, reported in one line
+        raise SchemaError(
+            f"schema {spec!r}: {model.__name__}.to_schema() raised {_one_line(exc)}"
+        ) from None
 
 
 def _one_line(exc: BaseException) -> str:

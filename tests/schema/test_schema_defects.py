@@ -388,7 +388,7 @@ def test_20_a_dataset_is_shards_named_alike_or_with_the_same_columns(tmp_path: P
 
 
 def test_docs_list_every_documented_difference() -> None:
-    from datacheck.schema._compile import DIFFERENCES
+    from datacheck.schema._differences import DIFFERENCES
 
     page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "schemas.md"
     text = page.read_text()

@@ -1,0 +1,156 @@
+"""The schema's file-level findings: columns missing, unexpected, out of order, repeated, or of
+another dtype, and the index levels pandas stored."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from datacheck import findings as fnd
+from datacheck.checks._registry import Severity
+from datacheck.schema._dtypes import arrow_type_for, dtype_matches
+from datacheck.schema._spec import ColumnSpec
+
+if TYPE_CHECKING:
+    from datacheck.engine._schemacheck import SchemaRun
+
+ERR = Severity.ERROR
+
+
+def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:
+    """Columns pandas stored the index in, and a stored RangeIndex (start/step) if any."""
+    meta = getattr(arrow_schema, "metadata", None) or {}
+    try:
+        index = json.loads(meta[b"pandas"]).get("index_columns", [])
+    except (KeyError, ValueError, AttributeError, TypeError):
+        return [], None
+    names = [c for c in index if isinstance(c, str)]
+    ranges = [c for c in index if isinstance(c, dict) and c.get("kind") == "range"]
+    return names, (ranges[0] if ranges else None)
+
+
+def match_index(stored: list[str], specs: tuple[ColumnSpec, ...], ordered: bool) -> dict:
+    """Stored index column -> the schema's level: by position, or (a ``MultiIndex`` with
+    ``ordered: false``) by name, unnamed levels taking the stored ones left over in order."""
+    if ordered or len(specs) < 2:
+        return dict(zip(stored, specs, strict=False))
+    out = {s.name: s for s in specs if s.name in stored}
+    rest = [c for c in stored if c not in out]
+    unnamed = [s for s in specs if s.name.startswith("__index_level_")]
+    out.update(zip(rest, unnamed, strict=False))
+    return out
+
+
+def parse_type(dname: str | None) -> pa.DataType | None:
+    """What a CSV column of this dtype is parsed as: float64 for integers (a ``nan`` or a
+    ``1.5`` in an integer column is data to check), the float's own width otherwise."""
+    t = arrow_type_for(dname)
+    if t is None or pa.types.is_string(t):
+        return None
+    return pa.float64() if pa.types.is_integer(t) else t
+
+
+def file_findings(
+    run: SchemaRun,
+    columns: dict[str, str],
+    names: list[str],
+    types: dict[str, Any],
+    partition_columns: Any,
+) -> list[fnd.Finding]:
+    """Every file-level ``schema`` finding of one file (its first unit)."""
+    schema, path = run.schema, run.path
+    out: list[fnd.Finding] = []
+    index = set(run.stored_index)
+    for name, spec in schema.columns.items():
+        if spec.regex:
+            matched = [c for c in columns if c not in index and re.match(name, c)]
+            if not matched and spec.required:
+                msg = "no column matches the pattern (regex: true)"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+            for c in matched:
+                out += _dtype_finding(path, c, types.get(c), spec, run.text)
+            continue
+        if name not in columns:
+            if spec.required and not spec.fill and name not in partition_columns:
+                out.append(fnd.Finding(path, "schema", ERR, "column missing", column=name))
+            continue
+        out += _dtype_finding(path, name, types.get(name), spec, run.text)
+    out += _index_findings(run, types)
+    known = [c for c in columns if c not in index]
+    if schema.dtype is not None and not schema.columns and schema.undeclared is None:
+        for name in known:  # pandera: a schema-level dtype with no columns covers them all
+            if not dtype_matches(schema.dtype, types.get(name)):
+                msg = f"dtype {types.get(name)}, schema says {schema.dtype}"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+    if schema.strict is True:
+        for name in known:
+            if schema.spec_for(name) is None:
+                msg = "unexpected column (schema is strict)"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+    return out + _order_findings(run, known, names)
+
+
+def _order_findings(run: SchemaRun, known: list[str], names: list[str]) -> list[fnd.Finding]:
+    schema, path = run.schema, run.path
+    out: list[fnd.Finding] = []
+    if schema.ordered:
+        order = [c for c in known if c in schema.columns]
+        expected = [c for c in schema.columns if c in order]
+        for got, want in zip(order, expected, strict=True):
+            if got != want:
+                msg = f"column out of order (schema is ordered): expected {want!r} here"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=got))
+    if schema.unique_column_names and len(set(names)) != len(names):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                out.append(fnd.Finding(path, "schema", ERR, "column name repeated", column=name))
+            seen.add(name)
+    return out
+
+
+def _index_findings(run: SchemaRun, types: dict[str, Any]) -> list[fnd.Finding]:
+    schema, path = run.schema, run.path
+    out: list[fnd.Finding] = []
+    for name, spec in run.index_specs.items():
+        out += _dtype_finding(path, name, types.get(name), spec)
+    if schema.index and not run.stored_index:
+        spec = schema.index[0]
+        out += _dtype_finding(path, spec.name, pa.int64(), spec)
+    matched = {s.name for s in run.index_specs.values()}
+    for i, spec in enumerate(schema.index):  # pandera checks a named level's name
+        named = not spec.name.startswith("__index_level_")
+        actual = run.stored_index[i] if i < len(run.stored_index) else None
+        if schema.index_ordered and named and actual not in (None, spec.name):
+            msg = f"index level named {actual!r}, schema says {spec.name!r}"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
+        elif named and not run.stored_index and i == 0:
+            msg = f"the file stores no index (pandas reads the row number), schema names it {spec.name!r}"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
+        elif not schema.index_ordered and run.stored_index and spec.name not in matched:
+            msg = f"index level missing: the file stores {run.stored_index}"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
+    stored = len(run.stored_index) or 1  # no stored index: the row number, one level
+    if schema.index_ordered or not run.stored_index:
+        for spec in schema.index[stored:]:
+            msg = f"index level missing: the file stores {stored} index level(s)"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
+    return out
+
+
+def _dtype_finding(
+    path: str, name: str, t: Any, spec: ColumnSpec, text: bool = False
+) -> list[fnd.Finding]:
+    if t is None or spec.dtype is None or dtype_matches(spec.dtype, t):
+        return []
+    if pa.types.is_string(t) and parse_type(spec.dtype) is not None and text:
+        return []  # a CSV's numeric column, read as text and parsed cell by cell
+    if spec.coerce and spec.target is not None:
+        return []  # any column can be cast: what fails is found value by value
+    if spec.default is not None and pa.types.is_null(t):
+        return []  # pandera: an all-null column filled with the default takes its type
+    msg = f"dtype {t}, schema says {spec.dtype}"
+    return [fnd.Finding(path, "schema", ERR, msg, column=name)]
