@@ -5,19 +5,27 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from datacheck import findings as fnd
 from datacheck.checks._registry import Severity
 from datacheck.schema._dtypes import arrow_type_for, dtype_matches
-from datacheck.schema._spec import ColumnSpec
-
-if TYPE_CHECKING:
-    from datacheck.engine._schemacheck import SchemaRun
+from datacheck.schema._spec import ColumnSpec, CompiledSchema
 
 ERR = Severity.ERROR
+
+
+class SchemaRun(Protocol):
+    """What the file-level findings read of a unit's schema run
+    (:class:`datacheck.engine._schemacheck.SchemaRun`)."""
+
+    schema: CompiledSchema
+    path: str
+    text: bool
+    stored_index: list[str]
+    index_specs: dict[str, ColumnSpec]
 
 
 def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:

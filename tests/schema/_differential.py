@@ -1,19 +1,26 @@
 """The differential harness: one schema and one file, validated by pandera and by datacheck.
 
-Both answers become sets of ``(column, check, row)`` sites (pandera's check names mapped to
-datacheck's); what differs must be explained by an entry of
-``datacheck.schema._compile.DIFFERENCES``, or the case fails.
+pandera is the oracle: ``schema.validate(df, lazy=True)`` on what pandas reads from the file.
+Both answers become sites ``(column, check, row)`` with a severity (pandera's check names
+mapped to datacheck's, its index labels to rows).  A site on one side only, or with another
+severity, must be explained by a row of ``datacheck.schema._differences.DIFFERENCES``: every
+key of that table has its code here (:data:`RULES`: a mapping applied while the sites are
+built, or a predicate deciding whether a difference is that row's), and a test pins that the
+two hold the same keys.  Anything else is a disagreement.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa_
 import pyarrow as pa
@@ -22,11 +29,507 @@ import pyarrow.parquet as pq
 
 import datacheck
 from datacheck.checks._pandas import RANGE_NAMES
+from datacheck.errors import SchemaError
+from datacheck.schema._differences import DIFFERENCES
 
-Site = tuple[Any, str, Any]
-"""(column, check, row): row None for column- and file-level findings."""
-SEVERITY: dict[tuple[str, Site], str] = {}
-"""Severity of each site, by side (``pandera`` / ``datacheck``), of the last comparison."""
+
+@dataclass(frozen=True)
+class Site:
+    column: str | None
+    check: str
+    row: int | None
+
+
+@dataclass
+class Answer:
+    """One side's answer: sites with their severity, and (pandera) what each site came from."""
+
+    sites: dict[Site, str] = field(default_factory=dict)
+    kinds: dict[Site, set[str]] = field(default_factory=dict)
+    """pandera: ``dtype``, ``coerce``, ``check``, ``check_error``, ``null``, ``unique``,
+    ``presence``, ``frame``, ``aggregate``; datacheck: the finding's value (text)."""
+
+    def add(self, site: Site, severity: str, kind: str) -> None:
+        if self.sites.get(site) != "error":  # an error and a warning at one site: error
+            self.sites[site] = severity
+        self.kinds.setdefault(site, set()).add(kind)
+
+
+@dataclass
+class Example:
+    """What both sides saw: the schema, the data as written, the format and the file."""
+
+    schema: Any
+    """A pandera ``DataFrameSchema`` (``DataFrameModel`` classes are given as their schema)."""
+    table: pa.Table
+    fmt: str
+    path: Path
+    frame: pd.DataFrame
+    """What pandas reads from the file: pandera validates this."""
+    index_names: set[str] = field(default_factory=set)
+    """Columns that hold a stored index (and the schema's index level names)."""
+
+    def __post_init__(self) -> None:
+        if self.fmt == "csv" and self.table.num_columns == 1:  # a null is a blank line: skipped
+            self.table = self.table.filter(self.table.column(0).is_valid())
+
+    def value(self, column: str | None, row: int | None) -> Any:
+        """The value as written (NaN and null kept apart), or None."""
+        if column is None or row is None or column not in self.table.column_names:
+            return None
+        if row >= self.table.num_rows:
+            return None
+        return self.table.column(column)[row].as_py()
+
+    def read_value(self, column: str | None, row: int | None) -> Any:
+        """The value as pandas read it."""
+        if column is None or row is None or column not in self.frame.columns:
+            return None
+        try:
+            return self.frame[column].iloc[row]
+        except (IndexError, KeyError):
+            return None
+
+
+def write(
+    table: pa.Table, fmt: str, folder: Path, row_group_size: int | None = 2, index=None
+) -> Path:
+    """The file, written by its real producer (pyarrow; pandas for a stored index)."""
+    path = folder / f"data.{fmt}"
+    if index is not None:
+        df = table.to_pandas()
+        df.index = index
+        df.to_parquet(path, row_group_size=row_group_size)
+    elif fmt == "parquet":
+        pq.write_table(table, path, row_group_size=row_group_size)
+    else:
+        pacsv.write_csv(table, path)
+    return path
+
+
+def read(path: Path) -> pd.DataFrame:
+    if path.suffix == ".csv":
+        return pd.read_csv(path)  # both skip blank lines (a lone null in a one-column CSV)
+    return pd.read_parquet(path)
+
+
+# --- pandera's answer --------------------------------------------------------------------
+
+_PRESENCE = {
+    "column_in_schema",
+    "column_in_dataframe",
+    "column_ordered",
+    "dataframe_column_labels_unique",
+    "add_missing_has_default",
+}
+
+
+class PanderaRaised(Exception):
+    """pandera itself raised something other than its validation errors: no oracle here."""
+
+
+def quiet(schema: Any) -> Any:
+    """The schema with every failure reported (``n_failure_cases`` and ``drop_invalid_rows``
+    rows) and warnings as failures (their severity is taken from the original)."""
+    out = copy.deepcopy(schema)
+    components = [*out.columns.values(), out]
+    if out.index is not None:
+        components += list(getattr(out.index, "indexes", [out.index])) + [out.index]
+    for c in components:
+        for check in getattr(c, "checks", None) or ():
+            check.raise_warning = False
+            check.n_failure_cases = None
+        if hasattr(c, "drop_invalid_rows"):
+            c.drop_invalid_rows = False
+    return out
+
+
+def pandera_answer(schema: Any, frame: pd.DataFrame) -> tuple[Answer, pd.DataFrame | None]:
+    """pandera's failure cases on ``frame`` as sites (and the raw failure cases)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quiet(schema).validate(frame, lazy=True)
+        return Answer(), None
+    except pa_.errors.SchemaErrors as exc:
+        cases = exc.failure_cases
+    except Exception as exc:  # noqa: BLE001 - pandera's own failure: no oracle
+        raise PanderaRaised(f"{type(exc).__name__}: {exc}"[:300]) from exc
+    answer = Answer()
+    positions = _positions(frame.index)
+    for r in cases.itertuples():
+        for site, kind, severity in _pandera_sites(schema, r, positions):
+            answer.add(site, severity, kind)
+    return answer, cases
+
+
+def _positions(index: pd.Index) -> dict[Any, int]:
+    out: dict[Any, int] = {}
+    for i, label in enumerate(index):
+        out.setdefault(label, i)
+        out.setdefault(str(label), i)
+    return out
+
+
+def _pandera_sites(schema: Any, r: Any, positions: dict[Any, int]) -> list[tuple[Site, str, str]]:
+    ctx, col, chk = r.schema_context, r.column, str(r.check)
+    row = None if r.index is None or _isna(r.index) else positions.get(r.index)
+    if r.index is not None and not _isna(r.index) and row is None:
+        row = positions.get(str(r.index))
+    if ctx in ("Index", "MultiIndex"):
+        col = index_label(None if _isna(col) else col)
+    if chk in _PRESENCE:
+        return [(Site(r.failure_case, "schema", None), "presence", "error")]
+    if chk.startswith("no_regex_column_match("):
+        return [
+            (Site(chk[len("no_regex_column_match('") : -2], "schema", None), "presence", "error")
+        ]
+    if chk == "not_nullable":
+        return [(Site(col, "null", row), "null", "error")]
+    if chk == "field_uniqueness":
+        return [(Site(col, "unique", row), "unique", "error")]
+    if chk == "multiple_fields_uniqueness":
+        return [(Site(("unique-set", col), "unique", row), "unique", "error")]  # joined later
+    if chk.startswith(("dtype(", "coerce_dtype(")):
+        kind = "dtype" if chk.startswith("dtype(") else "coerce"
+        if isinstance(r.failure_case, dict):  # a schema-level cast: {column: value}
+            return [(Site(k, "schema", row), kind, "error") for k in r.failure_case]
+        return [(Site(col, "schema", row), kind, "error")]
+    if chk.startswith("field_name("):
+        return [(Site(col, "schema", None), "presence", "error")]
+    check = _check_object(schema, ctx, col, r.check_number, chk)
+    if check is None:
+        return [(Site(col, chk, row), "unknown", "error")]
+    name = report_name(check)
+    severity = "warning" if check.raise_warning else "error"
+    failure = r.failure_case
+    if isinstance(failure, str) and re.match(r"^[A-Za-z]+(Error|Exception)\(", failure):
+        return [
+            (Site(None if ctx == "DataFrameSchema" else col, name, None), "check_error", severity)
+        ]
+    if ctx == "DataFrameSchema":
+        if isinstance(failure, dict):  # a check answering cell by cell
+            return [(Site(k, name, row), "frame", severity) for k in failure]
+        return [(Site(None, name, row), "frame" if row is not None else "aggregate", severity)]
+    return [(Site(col, name, row), "check" if row is not None else "aggregate", severity)]
+
+
+def index_label(name: Any) -> str:
+    return f"index:{name if name is not None else '__index_level_0__'}"
+
+
+def _isna(v: Any) -> bool:
+    try:
+        return v is None or bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def report_name(check: Any) -> str:
+    name = "out_of_range" if check.name in RANGE_NAMES else str(check.name)
+    return "extreme" if name == "max_abs" else name
+
+
+def _check_object(schema: Any, ctx: str, col: Any, number: Any, label: str) -> Any:
+    if number is None or _isna(number):
+        return None
+    n = int(number)
+    if ctx == "DataFrameSchema":
+        candidates = [schema.checks]
+    elif ctx in ("Index", "MultiIndex"):
+        levels = list(getattr(schema.index, "indexes", [schema.index]))
+        candidates = [lv.checks for lv in levels]
+    else:
+        candidates = [
+            c.checks
+            for k, c in schema.columns.items()
+            if (re.match(k, str(col)) if c.regex else k == col)
+        ]
+    fallback = None
+    for checks in candidates:
+        if n < len(checks):
+            fallback = fallback or checks[n]
+            if (checks[n].error or checks[n].name) == label:
+                return checks[n]
+    return fallback
+
+
+# --- datacheck's answer ------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """datacheck refused the schema (one line, exit 2)."""
+
+
+def datacheck_answer(schema: Any, path: Path, out: Path, index_names: set[str]) -> Answer:
+    """``datacheck.scan`` in this process (no worker processes: the fast path) as sites."""
+    try:
+        report = datacheck.scan(path, schema=schema, out=out, isolate=False, workers=1)
+    except SchemaError as exc:
+        raise Refused(str(exc)) from exc
+    return findings_answer(report.findings, index_names)
+
+
+def findings_answer(f: pd.DataFrame, index_names: set[str]) -> Answer:
+    answer = Answer()
+    for r in f.itertuples():
+        col = None if pd.isna(r.column) else r.column
+        if col is not None and col in index_names:
+            col = index_label(col)
+        row = None if pd.isna(r.row) else int(r.row)
+        answer.add(Site(col, r.check, row), r.severity, "" if pd.isna(r.value) else str(r.value))
+    return answer
+
+
+def join_unique_sets(schema: Any, answer: Answer) -> Answer:
+    """pandera names each column of a duplicated set at each row; datacheck one site per row
+    under the set's columns joined by ',' (DIFFERENCES ``unique``)."""
+    by_row: dict[Any, list[str]] = {}
+    out = Answer()
+    for site, sev in answer.sites.items():
+        if isinstance(site.column, tuple) and site.column[0] == "unique-set":
+            by_row.setdefault(site.row, []).append(site.column[1])
+        else:
+            out.sites[site] = sev
+            out.kinds[site] = answer.kinds[site]
+    sets = _unique_sets(schema)
+    for row, cols in by_row.items():
+        match = next((s for s in sets if set(s) == set(cols)), sorted(cols))
+        out.add(Site(",".join(match), "unique", row), "error", "unique")
+    return out
+
+
+def _unique_sets(schema: Any) -> list[list[str]]:
+    unique = schema.unique or []
+    items = [unique] if isinstance(unique, str) else list(unique)
+    sets = [items] if all(isinstance(x, str) for x in items) else items
+    return [[c for c in dict.fromkeys(s)] for s in sets]
+
+
+# --- the comparison, row by row of DIFFERENCES -------------------------------------------
+
+Rule = Callable[["Example", Answer, Answer, Site, str], bool]
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _is_inf(v: Any) -> bool:
+    return isinstance(v, float) and math.isinf(v)
+
+
+def _columns(ex: Example, col: str | None) -> list[Any]:
+    """The schema columns (pandera ``Column`` objects) that name a file column."""
+    if col is None:
+        return []
+    return [
+        c for k, c in ex.schema.columns.items() if (re.match(k, str(col)) if c.regex else k == col)
+    ]
+
+
+def _in_column(answer: Answer, col: Any, kinds: set[str] | None = None, check: str | None = None):
+    return [
+        s
+        for s in answer.sites
+        if s.column == col
+        and (check is None or s.check == check)
+        and (kinds is None or answer.kinds.get(s, set()) & kinds)
+    ]
+
+
+def _nan(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    """NaN is not null: a ``nan`` finding at a NaN; what pandera reports at it (null, a check
+    it fails) is explained where the scan reports the NaN."""
+    if not _is_nan(ex.value(site.column, site.row)):
+        return False
+    if side == "datacheck":
+        return site.check == "nan"
+    return Site(site.column, "nan", site.row) in ours.sites
+
+
+def _inf(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    if not _is_inf(ex.value(site.column, site.row)):
+        return False
+    if side == "datacheck":
+        return site.check == "inf"
+    return Site(site.column, "inf", site.row) in ours.sites
+
+
+def _dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    """One ``schema`` finding for a column of another stored type, where pandera may name
+    values; a stored type that is the schema's (pandas reads another: int64 with nulls);
+    a category's null left to ``nullable``."""
+    if site.check != "schema":
+        return False
+    if side == "datacheck":
+        return site.row is None and bool(_in_column(theirs, site.column, {"dtype"}))
+    if not theirs.kinds.get(site, set()) <= {"dtype", "coerce"}:
+        return False
+    if Site(site.column, "schema", None) in ours.sites:
+        return True
+    if "dtype" in theirs.kinds.get(site, set()) and _stored_type_is_schemas(ex, site.column):
+        return True
+    is_category = any(str(c.dtype) == "category" for c in _columns(ex, site.column))
+    return is_category and ex.value(site.column, site.row) is None
+
+
+def _stored_type_is_schemas(ex: Example, col: str | None) -> bool:
+    """pandera's dtype check passes on what pandas reads from the stored type, without nulls."""
+    from pandera.engines import pandas_engine
+
+    if ex.fmt != "parquet" or col not in ex.table.column_names:
+        return False
+    stored = pq.read_schema(ex.path).field(col).type
+    try:
+        read = pa.array([], stored).to_pandas().dtype
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    dtypes = [c.dtype for c in _columns(ex, col) if c.dtype is not None]
+    if ex.schema.dtype is not None:
+        dtypes = [ex.schema.dtype]
+    try:
+        return bool(dtypes) and all(bool(d.check(pandas_engine.Engine.dtype(read))) for d in dtypes)
+    except (TypeError, ValueError):
+        return False
+
+
+def _fp16(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    v = ex.value(site.column, site.row)
+    if side != "datacheck" or site.check != "extreme" or ours.sites[site] != "warning":
+        return False
+    if not isinstance(v, float) or not math.isfinite(v) or abs(v) <= 65504:
+        return False
+    return not any(c.name == "max_abs" for col in _columns(ex, site.column) for c in col.checks)
+
+
+def _text_dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    """CSV stores no types: pandas infers one, the scan reads the schema's."""
+    if ex.fmt != "csv" or site.check != "schema":
+        return False
+    if side == "pandera":
+        return bool(theirs.kinds.get(site, set()) & {"dtype"})
+    return site.row is None or bool(_in_column(theirs, site.column, {"dtype"}))
+
+
+def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    col = site.column
+    if not any(c.coerce for c in _columns(ex, col)) and not ex.schema.coerce:
+        return False
+    if site.check == "schema":
+        if side == "pandera":
+            if site.row is None:  # pandera fails the column as a whole: the scan names rows
+                return bool([s for s in _in_column(ours, col, check="schema") if s.row is not None])
+            return ex.value(col, site.row) is None  # a null stays null
+        if site.row is not None:
+            return _pandera_cast_changes(ex, col, site.row) or bool(
+                _in_column(theirs, col, {"coerce"})
+            )
+        return False
+    if bool(_in_column(theirs, col, {"coerce"})):  # pandera checks the uncast column
+        return True
+    return site.row is not None and Site(col, "schema", site.row) in ours.sites
+
+
+def _pandera_cast_changes(ex: Example, col: str | None, row: int) -> bool:
+    """pandera's cast of the value pandas read changes it (a wrap, a cut fraction, NaN or
+    Inf into an integer, an overflow, text into bool)."""
+    dtypes = [c.dtype for c in _columns(ex, col) if c.coerce and c.dtype is not None]
+    if ex.schema.dtype is not None:
+        dtypes = [ex.schema.dtype]
+    if not dtypes or col not in ex.frame.columns:
+        return False
+    series = ex.frame[col].iloc[[row]]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cast = dtypes[0].coerce(series)
+    except Exception:  # noqa: BLE001 - pandera's cast fails: it names the value itself
+        return False
+    before, after = series.iloc[0], cast.iloc[0]
+    if _isna(before) or _isna(after):
+        return _isna(before) != _isna(after) or _is_nan(ex.value(col, row))
+    try:
+        if isinstance(after, (bool, np.bool_)) or isinstance(before, str):
+            return str(after) != str(before)
+        return bool(after != before) or math.isfinite(float(after)) != math.isfinite(float(before))
+    except (TypeError, ValueError):
+        return str(after) != str(before)
+
+
+def _undeclared(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    if side != "datacheck" or site.check not in ("nan", "inf", "extreme"):
+        return False
+    col = site.column
+    if col is None or str(col).startswith("index:") or _columns(ex, col):
+        return False
+    if ex.schema.strict == "filter":
+        return False
+    return site.check != "extreme" or _fp16(ex, theirs, ours, site, side)
+
+
+def _mapped(*_: Any) -> bool:
+    return False  # applied while the sites are built, not as an explanation
+
+
+RULES: dict[str, Rule] = {
+    "nan": _nan,
+    "inf": _inf,
+    "rows": _mapped,  # pandera's index labels -> rows of the file (pandera_answer)
+    "range_name": _mapped,  # report_name
+    "dtype": _dtype,
+    "unique": _mapped,  # join_unique_sets
+    "fp16": _fp16,
+    "text_dtype": _text_dtype,
+    "aggregate": _mapped,  # a verdict on the whole file: row None on both sides
+    "index": _mapped,  # index_label on both sides
+    "coerce": _coerce,
+    "check_error": _mapped,  # pandera's exception text -> row None (_pandera_sites)
+    "n_failure_cases": _mapped,  # quiet(): every failure case
+    "drop_invalid_rows": _mapped,  # quiet(): the rows are reported
+    "undeclared": _undeclared,
+}
+"""The code of each DIFFERENCES row; ``tests/schema/test_generated.py`` pins the keys."""
+
+
+@dataclass
+class Verdict:
+    problems: list[str] = field(default_factory=list)
+    """Differences no DIFFERENCES row explains: empty when the two agree."""
+    used: dict[str, int] = field(default_factory=dict)
+    """How many differences each DIFFERENCES row explained."""
+
+
+def compare(ex: Example, theirs: Answer, ours: Answer) -> Verdict:
+    """Every difference between the two answers, explained by a row of DIFFERENCES or not."""
+    assert set(RULES) == set(DIFFERENCES), "every DIFFERENCES row has its code, and only those"
+    verdict = Verdict()
+    for side, mine, other in (("pandera", theirs, ours), ("datacheck", ours, theirs)):
+        for site in mine.sites:
+            if site in other.sites:
+                continue
+            key = next((k for k in DIFFERENCES if RULES[k](ex, theirs, ours, site, side)), None)
+            if key is None:
+                v = ex.value(site.column, site.row)
+                verdict.problems.append(f"{side} only: {site} (value {v!r})")
+            else:
+                verdict.used[key] = verdict.used.get(key, 0) + 1
+    for site in theirs.sites.keys() & ours.sites.keys():
+        if theirs.sites[site] != ours.sites[site]:
+            verdict.problems.append(
+                f"severity of {site}: pandera {theirs.sites[site]}, datacheck {ours.sites[site]}"
+            )
+    return verdict
+
+
+def differences(ex: Example, ours: Answer) -> Verdict:
+    """pandera on ``ex.frame`` against datacheck's answer ``ours``."""
+    theirs, _ = pandera_answer(ex.schema, ex.frame)
+    theirs = join_unique_sets(ex.schema, theirs)
+    return compare(ex, theirs, ours)
+
+
+# --- hand-written cases (tests/schema/test_differential.py) ------------------------------
 
 
 @dataclass
@@ -34,222 +537,34 @@ class Case:
     """A schema, the data (an Arrow table: NaN and null kept apart), and where it runs."""
 
     name: str
-    schema: pa_.DataFrameSchema
+    schema: Any
     data: pa.Table
     formats: tuple[str, ...] = ("parquet", "csv")
     allowed: frozenset[str] = field(default_factory=frozenset)
-    """DIFFERENCES keys this case may show beyond the ones every case may show."""
+    """Unused: every difference is explained by the rules (kept for the cases' readability)."""
     row_group_size: int | None = 2
     index: pd.Index | None = None
     """A pandas index to store in the Parquet file (written through pandas)."""
 
 
-def write(case: Case, fmt: str, folder: Path) -> Path:
-    path = folder / f"data.{fmt}"
-    if case.index is not None:
-        df = case.data.to_pandas()
-        df.index = case.index
-        df.to_parquet(path, row_group_size=case.row_group_size)
-    elif fmt == "parquet":
-        pq.write_table(case.data, path, row_group_size=case.row_group_size)
-    else:
-        pacsv.write_csv(case.data, path)
-    return path
+def index_names(schema: Any, index: pd.Index | None) -> set[str]:
+    names: set[str] = set()
+    if index is not None:
+        names.update(
+            n if n is not None else f"__index_level_{i}__" for i, n in enumerate(index.names)
+        )
+    if getattr(schema, "index", None) is not None:
+        levels = list(getattr(schema.index, "indexes", [schema.index]))
+        names.update(lv.name or f"__index_level_{i}__" for i, lv in enumerate(levels))
+    return names
 
 
-def _read(path: Path) -> pd.DataFrame:
-    if path.suffix == ".csv":
-        return pd.read_csv(path)  # both skip blank lines (a lone null in a one-column CSV)
-    return pd.read_parquet(path)
-
-
-def _name(schema: Any, ctx: str, column: Any, number: Any) -> tuple[str, bool]:
-    """A failure case's check name in datacheck's words, and whether it only warns."""
-    if number is None or (isinstance(number, float) and math.isnan(number)):
-        return "", False
-    n = int(number)
-    if ctx == "Column":
-        check = _column(schema, column).checks[n]
-    elif ctx == "Index":
-        check = schema.index.checks[n]
-    else:
-        check = schema.checks[n]
-    name = "out_of_range" if check.name in RANGE_NAMES else check.name
-    name = "extreme" if name == "max_abs" else name
-    return name, bool(check.raise_warning)
-
-
-def _column(schema: Any, name: str) -> Any:
-    if name in schema.columns:
-        return schema.columns[name]
-    import re
-
-    return next(c for k, c in schema.columns.items() if c.regex and re.match(k, name))
-
-
-_PANDERA_CHECKS = {
-    "not_nullable": "null",
-    "field_uniqueness": "unique",
-    "multiple_fields_uniqueness": "unique",
-    "column_in_schema": "schema",
-    "column_in_dataframe": "schema",
-    "column_ordered": "schema",
-    "dataframe_column_labels_unique": "schema",
-}
-
-
-def pandera_sites(schema: Any, path: Path) -> tuple[set[Site], set[Site]]:
-    """pandera's failure cases as sites; the second set holds the NaN values it calls null.
-    Severities (a ``raise_warning`` check's failures are warnings) go to :data:`SEVERITY`."""
-    SEVERITY.clear()
-    quiet = copy.deepcopy(schema)  # warnings are failure cases too, for the comparison
-    for c in [*quiet.columns.values(), quiet]:
-        for check in c.checks:
-            check.raise_warning = False
-    if quiet.index is not None:
-        for check in quiet.index.checks:
-            check.raise_warning = False
-    df = _read(path)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quiet.validate(df, lazy=True)
-        return set(), set()
-    except pa_.errors.SchemaErrors as exc:
-        cases = exc.failure_cases
-    out: set[Site] = set()
-    nan_null: set[Site] = set()
-    for r in cases.itertuples():
-        ctx, col, chk = r.schema_context, r.column, str(r.check)
-        row = None if r.index is None or pd.isna(r.index) else r.index
-        if row is not None:  # "rows": datacheck names the row in the file, not the label
-            row = int(df.index.get_indexer([row])[0])
-        if ctx == "Index":
-            col = "<index>"
-        elif (
-            ctx == "DataFrameSchema" and r.check_number is not None and not pd.isna(r.check_number)
-        ):
-            col = None  # a schema-level check: pandera names each column, datacheck the row
-        if chk in _PANDERA_CHECKS:
-            name = _PANDERA_CHECKS[chk]
-            if chk == "multiple_fields_uniqueness":
-                col = ",".join(
-                    schema.unique if not isinstance(schema.unique, str) else [schema.unique]
-                )
-            if chk in (
-                "column_in_schema",
-                "column_in_dataframe",
-                "column_ordered",
-                "dataframe_column_labels_unique",
-            ):
-                col, row = r.failure_case, None
-            if (
-                chk == "not_nullable"
-                and isinstance(r.failure_case, float)
-                and math.isnan(r.failure_case)
-            ):
-                nan_null.add((col, "nan", row))
-        elif chk.startswith(("dtype(", "coerce_dtype(", "field_name(")):
-            name = "schema"
-        else:
-            name, _ = _name(schema, ctx, r.column, r.check_number)
-            if isinstance(r.failure_case, str) and r.failure_case.startswith(
-                ("TypeError(", "AttributeError(", "ValueError(")
-            ):
-                row = None
-        if chk.startswith("column_in_dataframe") or name == "schema" and chk.startswith("dtype("):
-            row = None
-        out.add((col, name, row))
-        warning = chk not in _PANDERA_CHECKS and name != "schema"
-        warning = warning and _name(schema, ctx, r.column, r.check_number)[1]
-        SEVERITY["pandera", (col, name, row)] = "warning" if warning else "error"
-    return out, nan_null
-
-
-def datacheck_sites(
-    schema: Any, path: Path, out: Path, index_name: str | set[str] | None
-) -> tuple[set[Site], pd.DataFrame]:
-    report = datacheck.scan(path, schema=schema, out=out)
-    f = report.findings
-    sites = set()
-    for r in f.itertuples():
-        col = None if pd.isna(r.column) else r.column
-        names = {index_name} if isinstance(index_name, str) else set(index_name or ())
-        if col is not None and col in names:
-            col = "<index>"
-        site = (col, r.check, None if pd.isna(r.row) else int(r.row))
-        sites.add(site)
-        SEVERITY["datacheck", site] = r.severity
-    return sites, f
-
-
-def explain(
-    case: Case,
-    fmt: str,
-    pandera: set[Site],
-    nan_null: set[Site],
-    ours: set[Site],
-    findings: pd.DataFrame,
-    data: pd.DataFrame,
-) -> list[str]:
-    """The differences no DIFFERENCES entry explains (empty: the case passes)."""
-    problems = []
-    values = {}
-    for col in data.columns:
-        values[col] = data[col].tolist()
-
-    def value(col: Any, row: Any) -> Any:
-        try:
-            return values[col][row]
-        except (KeyError, IndexError, TypeError):
-            return None
-
-    def is_inf(v: Any) -> bool:
-        return isinstance(v, float) and math.isinf(v)
-
-    if "coerce" in case.allowed:  # only the values that cannot be cast must agree
-        pandera = {p for p in pandera if p[1] == "schema" and p[2] is not None}
-        ours = {o for o in ours if o[1] == "schema" and o[2] is not None}
-    for site in pandera - ours:
-        col, check, row = site
-        v = value(col, row)
-        if check == "null" and (col, "nan", row) in ours:
-            continue  # "nan": NaN is not null
-        if check != "null" and is_inf(v) and (col, "inf", row) in ours:
-            continue  # "inf": Inf is an inf finding
-        if check == "schema" and row is None and (fmt == "csv" or "dtype" in case.allowed):
-            continue  # "dtype": the stored type (text formats: read as the schema says)
-        problems.append(f"pandera only: {site} (value {v!r})")
-    for site in ours - pandera:
-        col, check, row = site
-        v = value(col, row)
-        if check == "nan":
-            continue  # "nan": NaN is always reported
-        if check == "inf":
-            continue  # "inf"
-        if check == "extreme" and (col, "extreme", row):
-            sev = findings[(findings.column == col) & (findings.check == "extreme")].severity
-            if set(sev) == {"warning"}:
-                continue  # "fp16": datacheck's fp16 overflow warning
-        if check == "schema" and row is None and fmt == "csv":
-            continue  # "dtype": a text file's column has the type Arrow infers
-        problems.append(f"datacheck only: {site} (value {v!r})")
-    for site in pandera & ours:  # the same finding must be as severe on both sides
-        theirs, mine = SEVERITY.get(("pandera", site)), SEVERITY.get(("datacheck", site))
-        if theirs != mine:
-            problems.append(f"severity of {site}: pandera {theirs}, datacheck {mine}")
-    return problems
-
-
-def run(case: Case, fmt: str, folder: Path) -> list[str]:
+def run(case: Case, fmt: str, folder: Path, spec: Any = None) -> list[str]:
+    """The differences no DIFFERENCES row explains (empty: the case passes)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = write(case, fmt, folder)
-    index_name = set()
-    if case.index is not None:
-        index_name.add(case.index.name or "__index_level_0__")
-    if case.schema.index is not None:
-        index_name.add(case.schema.index.name or "__index_level_0__")
-    pandera, nan_null = pandera_sites(case.schema, path)
-    ours, findings = datacheck_sites(case.schema, path, folder / "out", index_name)
-    data = _read(path)  # values as pandas read them: rows line up with pandera's
-    return explain(case, fmt, pandera, nan_null, ours, findings, data)
+    path = write(case.data, fmt, folder, case.row_group_size, case.index)
+    schema = case.schema
+    names = index_names(schema, case.index)
+    ours = datacheck_answer(schema if spec is None else spec, path, folder / "out", names)
+    ex = Example(schema, case.data, fmt, path, read(path), names)
+    return differences(ex, ours).problems

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa_
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from _differential import Case, run
 from hypothesis import given, settings
@@ -356,8 +357,7 @@ def test_yaml_in_the_shapes_pandera_reads(tmp_path: Path) -> None:
     """List, dict and flat check forms, unary ``value:`` statistics, datetime and timedelta
     bounds, a pattern column and a column with no dtype: datacheck reading the YAML file and
     pandera reading the same text agree on the same Parquet file."""
-    import pyarrow.parquet as pq
-    from _differential import datacheck_sites, explain, pandera_sites
+    from _differential import Example, datacheck_answer, differences, pandera_answer, read
 
     schema_path = tmp_path / "s.yaml"
     schema_path.write_text(IO_SHAPED_YAML)
@@ -372,8 +372,7 @@ def test_yaml_in_the_shapes_pandera_reads(tmp_path: Path) -> None:
     )
     path = tmp_path / "data.parquet"
     pq.write_table(data, path, row_group_size=2)
-    pandera, nan_null = pandera_sites(schema, path)
-    ours, findings = datacheck_sites(schema_path, path, tmp_path / "o", None)
-    case = Case("io-shaped", schema, data)
-    assert pandera  # the planted faults are found at all
-    assert explain(case, "parquet", pandera, nan_null, ours, findings, data.to_pandas()) == []
+    assert pandera_answer(schema, read(path))[0].sites  # the planted faults are found at all
+    ours = datacheck_answer(schema_path, path, tmp_path / "o", set())
+    ex = Example(schema, data, "parquet", path, read(path))
+    assert differences(ex, ours).problems == []
