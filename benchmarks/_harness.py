@@ -46,6 +46,7 @@ __all__ = [
     "machine",
     "peak_rss_mb",
     "run_child",
+    "run_tree",
     "write_results",
 ]
 
@@ -59,6 +60,46 @@ def peak_rss_mb() -> float:
     import resource  # pragma: no cover - not Linux
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _tree(pid: int) -> list[int]:
+    out = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out += [q for c in fh.read().split() for q in _tree(int(c))]
+    except OSError:  # it ended while we looked
+        pass
+    return out
+
+
+def _memory(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) of one process in bytes; (0, 0) when it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            fields = {ln.split(":")[0]: int(ln.split()[1]) for ln in fh if ln.endswith("kB\n")}
+    except OSError:
+        return 0, 0
+    return fields.get("Pss", 0) << 10, fields.get("Rss", 0) << 10
+
+
+def run_tree(cmd: Sequence[str], interval: float = 0.01, **popen: Any) -> dict[str, Any]:
+    """Run ``cmd``; wall seconds, exit code, and the peak over time of the summed PSS and RSS
+    of its whole process tree (sampled every ``interval`` s: forked workers share pages with
+    their parent, which PSS splits and RSS counts in each), in MiB."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, **popen)
+    pss = rss = 0
+    while proc.poll() is None:
+        mem = [_memory(p) for p in _tree(proc.pid)]
+        pss, rss = max(pss, sum(m[0] for m in mem)), max(rss, sum(m[1] for m in mem))
+        time.sleep(interval)
+    return {
+        "seconds": time.perf_counter() - start,
+        "rc": proc.returncode,
+        "tree_pss_mb": pss / 2**20,
+        "tree_rss_mb": rss / 2**20,
+    }
 
 
 def child_main(variants: Mapping[str, Callable[[list[str]], dict[str, Any] | None]]) -> bool:
