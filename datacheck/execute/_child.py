@@ -53,6 +53,16 @@ def _enter(context: dict[str, Any]) -> None:
     sys.path[:] = context["path"]
 
 
+def _release_memory() -> None:
+    """Hand the memory Arrow's allocator kept from the job back to the system: mimalloc and
+    jemalloc hold freed pages for reuse, so a worker that read a CSV shard (~100 MB of Arrow
+    buffers at its peak) stayed at that size for the rest of the scan (171 -> 55 MB)."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        with contextlib.suppress(Exception):  # best effort: never a reason to fail a job
+            pa.default_memory_pool().release_unused()
+
+
 def serve(conn: Connection, preload: tuple[str, ...], progress: Any) -> None:
     """A worker's loop: receive the function once per run, then jobs; send back results."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends us
@@ -93,3 +103,5 @@ def serve(conn: Connection, preload: tuple[str, ...], progress: Any) -> None:
             conn.send(reply)
         except Exception:  # noqa: BLE001 - an unpicklable result or exception
             conn.send(("error", None, traceback.format_exc()))
+        del reply, results
+        _release_memory()
