@@ -14,7 +14,7 @@ round counted (``_harness.py``).  Cases:
    its clean twin.  Target: the 10 % shard within 1.5x of the clean one.
 3. ``npz``: an ``.npz`` of three Fortran-order float32 members of ``--npz-mib`` MiB of zeros
    (deflated to ~3 KB per MiB).
-4. ``peers``: 6 Parquet + 2 CSV shards of 200,000 rows (10 float + id + label columns, a few
+4. ``peers``: 6 Parquet + 2 CSV shards of ``--peer-rows`` (200,000) rows (10 float + id + label columns, a few
    NaN) through ``datacheck scan``, polars and DuckDB computing the same counts (null, NaN,
    Inf, |x| > 65504 per column).  Targets: faster than polars, within 1.5x of its tree PSS.
 
@@ -111,14 +111,14 @@ def _npz(root: Path, mib: int) -> Path:
     return path
 
 
-def _peers(root: Path) -> Path:
-    folder = root / "peers"
+def _peers(root: Path, rows: int) -> Path:
+    folder = root / f"peers-{rows}"
     if folder.exists():
         return folder
     folder.mkdir()
     rng = np.random.default_rng(0)
     for i in range(8):
-        n = 200_000
+        n = rows
         cols: dict[str, object] = {"id": np.arange(n) + i * n}
         for j in range(10):
             x = rng.standard_normal(n).astype(np.float32 if j % 2 else np.float64)
@@ -214,8 +214,8 @@ def case_npz(root: Path, out: Path, mib: int, rounds: int, table: Table) -> dict
     return {"scan": r}
 
 
-def case_peers(root: Path, out: Path, rounds: int, table: Table) -> dict:
-    folder = _peers(root)
+def case_peers(root: Path, out: Path, rows: int, rounds: int, table: Table) -> dict:
+    folder = _peers(root, rows)
     res: dict[str, dict] = {}
     for _ in range(rounds):
         for name, (variant, args) in {
@@ -249,6 +249,7 @@ def main() -> None:
     ap.add_argument("--huge-log2", type=int, default=27)
     ap.add_argument("--rows", type=int, default=960_000)
     ap.add_argument("--npz-mib", type=int, default=768)
+    ap.add_argument("--peer-rows", type=int, default=200_000, help="rows per peers shard")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--name", default="bounded")
     args = ap.parse_args()
@@ -270,7 +271,7 @@ def main() -> None:
         if "npz" in cases:
             results["npz"] = case_npz(root, out, args.npz_mib, args.rounds, table)
         if "peers" in cases:
-            results["peers"] = case_peers(root, out, args.rounds, table)
+            results["peers"] = case_peers(root, out, args.peer_rows, args.rounds, table)
     write_results(args.name, results, table=table, params=vars(args), load_before=load)
 
 

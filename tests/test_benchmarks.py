@@ -123,3 +123,31 @@ def test_logs_benchmark_smoke_run_against_the_floor(tmp_path: Path, shape: str) 
     assert [row[1] for row in rows] == ["floor: bytes", "floor: lines", "datacheck logs"]
     assert rows[-1][-1] == "nan" and all(row[7] > 0 for row in rows)  # peak RSS measured
     assert [p.name for p in tmp_path.iterdir()] == ["results"]  # the generated log is gone
+
+
+@pytest.mark.slow
+def test_bounded_benchmark_smoke_run_writes_every_case(tmp_path: Path) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    args = ["--huge-log2", "14", "--rows", "2000", "--npz-mib", "4", "--peer-rows", "2000"]
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_bounded.py"),
+            *args,
+            "--rounds",
+            "1",
+            "--data",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results" / "bounded.json").read_text())
+    assert set(doc["results"]) == {"huge", "dirty", "npz", "peers"}
+    assert doc["results"]["huge"]["scan"]["rc"] == 1  # NaN found
+    assert doc["results"]["peers"]["polars"]["rc"] == 0
+    assert all(row[3] > 0 for row in doc["table"]["rows"])  # a tree peak for every case
