@@ -53,6 +53,7 @@ from datacheck.torch._guard_types import (
     StepResult,
     TrainingStopped,
 )
+from datacheck.torch._identity import SampleKey
 from datacheck.torch._snapshots import SnapshotStore
 from datacheck.torch._syncfree import MaskedStep
 
@@ -167,7 +168,7 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         self,
         loss: torch.Tensor,
         *,
-        indices: Sequence[int] | None = None,
+        indices: Sequence[SampleKey] | None = None,
         sample_losses: torch.Tensor | None = None,
     ) -> None:
         """Backward one micro-batch (through the GradScaler when there is one) and keep its loss;
@@ -183,7 +184,7 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         self,
         loss: torch.Tensor | None = None,
         *,
-        indices: Sequence[int] | None = None,
+        indices: Sequence[SampleKey] | None = None,
         sample_losses: torch.Tensor | None = None,
     ) -> StepResult:
         """Check this step and step the optimizer (or not); returns what was done.
@@ -191,7 +192,9 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         Args:
             loss: This rank's loss for the step (after ``backward``); leave it out after
                 :meth:`backward` calls (gradient accumulation).
-            indices: Dataset indices of this rank's batch, attached to events.
+            indices: The names of this rank's batch's samples, attached to events: dataset
+                indices (ints), or keys (strings, e.g. WebDataset's ``__key__``; kept as text)
+                or a stream loader's ``batch_indices``.
             sample_losses: Per-sample losses of this rank's batch, the evidence that names (and
                 quarantines) single samples.
 
@@ -228,9 +231,9 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
     def _step_inputs(
         self,
         loss: torch.Tensor | None,
-        indices: Sequence[int] | None,
+        indices: Sequence[SampleKey] | None,
         sample_losses: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, Sequence[int] | None, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, Sequence[SampleKey] | None, torch.Tensor | None]:
         """The step's loss and evidence: as given, or gathered from the micro-batches."""
         if loss is not None:
             if self._micro:

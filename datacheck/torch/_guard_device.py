@@ -19,11 +19,12 @@ from datacheck.errors import UsageError
 from datacheck.torch import _dist
 from datacheck.torch._guard_policy import Plan, Policy
 from datacheck.torch._guard_types import Action, GuardConfig, StepResult, TrainingStopped
+from datacheck.torch._identity import SampleKey, as_sample_keys
 from datacheck.torch._syncfree import MaskedStep
 
 __all__ = ["DeviceDecisions", "Micro", "check_scalar", "merge_micro", "scaled_lr"]
 
-Micro = tuple[torch.Tensor, Sequence[int] | None, torch.Tensor | None]
+Micro = tuple[torch.Tensor, Sequence[SampleKey] | None, torch.Tensor | None]
 """One micro-batch recorded by ``guard.backward``: (loss, indices, per-sample losses)."""
 
 
@@ -38,12 +39,12 @@ def check_scalar(loss: torch.Tensor, where: str) -> None:
 
 def merge_micro(
     micro: list[Micro],
-) -> tuple[torch.Tensor, list[int] | None, torch.Tensor | None]:
+) -> tuple[torch.Tensor, list[SampleKey] | None, torch.Tensor | None]:
     """One step's loss (the micro-batches' mean, on the device), indices and per-sample losses."""
     mean = torch.stack([m[0].reshape(()).float() for m in micro]).mean()
     idx = None
     if all(m[1] is not None for m in micro):
-        idx = [int(i) for m in micro for i in m[1] or ()]
+        idx = [k for m in micro for k in as_sample_keys(m[1] or ())]
     parts = [m[2].detach().reshape(-1) for m in micro if m[2] is not None]
     samples = torch.cat(parts) if len(parts) == len(micro) else None
     return mean, idx, samples

@@ -21,6 +21,7 @@ from datacheck.torch import _dist
 from datacheck.torch._guard_log import name_samples, quarantine_records
 from datacheck.torch._guard_policy import Plan, Policy
 from datacheck.torch._guard_types import ExcludingLoader
+from datacheck.torch._identity import SampleKey, as_sample_key, as_sample_keys, json_key
 from datacheck.torch._quarantine import QuarantineWriter
 
 __all__ = ["SampleEvidence"]
@@ -42,7 +43,7 @@ class SampleEvidence:
         self,
         step: int,
         plan: Plan,
-        indices: Sequence[int] | None,
+        indices: Sequence[SampleKey] | None,
         sample_losses: torch.Tensor | None,
     ) -> None:
         """Name the samples behind a skipped step (every rank's), then blame data or divergence."""
@@ -68,7 +69,7 @@ class SampleEvidence:
         sure = bool(named) and nonfinite or any(s["check"] == "nonfinite_loss" for s in named)
         policy.blame(plan, evidence=sure)
         if indices is not None:
-            plan.events[0]["indices"] = [int(i) for i in indices][:1000]
+            plan.events[0]["indices"] = [json_key(k) for k in as_sample_keys(indices)][:1000]
         if not named:
             return
         plan.events[0]["samples"] = named[:1000]
@@ -84,4 +85,4 @@ class SampleEvidence:
         if self._quarantine is not None and rows:
             self._quarantine.write(rows)
         if self.loader is not None:
-            self.loader.exclude({int(s["index"]) for s in named})
+            self.loader.exclude({as_sample_key(s["index"]) for s in named})

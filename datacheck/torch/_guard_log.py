@@ -15,6 +15,13 @@ import torch
 
 from datacheck._jsonl import JsonlWriter, json_safe, read_records
 from datacheck.errors import UsageError
+from datacheck.torch._identity import (
+    SampleKey,
+    as_sample_key,
+    as_sample_keys,
+    json_key,
+    record_fields,
+)
 from datacheck.torch._quarantine import QuarantineWriter
 
 __all__ = [
@@ -89,7 +96,7 @@ left: a poisoned sample's loss (1e27 after a 1e30 feature) stands apart; a hard 
 
 
 def name_samples(
-    indices: Sequence[int] | None,
+    indices: Sequence[SampleKey] | None,
     sample_losses: torch.Tensor | None,
     *,
     outliers: bool,
@@ -110,8 +117,9 @@ def name_samples(
     if sample_losses is None or sample_losses.numel() == 0:
         return []
     values = sample_losses.detach().float().reshape(-1).tolist()
-    idx = list(indices) if indices is not None else []
-    names = idx if len(idx) == len(values) else list(range(len(values)))
+    idx = as_sample_keys(indices) if indices is not None else []
+    names: list[Any] = [json_key(k) for k in idx] if len(idx) == len(values) else []
+    names = names or list(range(len(values)))
     bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
     if bad:
         return [{"index": names[i], "check": "nonfinite_loss", "loss": values[i]} for i in bad]
@@ -187,7 +195,7 @@ def quarantine_records(
     now = datetime.now(timezone.utc).isoformat()
     return [
         {
-            "index": int(s["index"]),
+            **record_fields(as_sample_key(s["index"])),
             "check": s["check"],
             "severity": "error",
             "key": "loss",

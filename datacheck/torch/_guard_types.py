@@ -9,6 +9,7 @@ from typing import Protocol
 
 from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig
 from datacheck.errors import DatacheckError, UsageError
+from datacheck.torch._identity import SampleKey
 
 __all__ = [
     "DIVERGENCE_EVENTS",
@@ -190,4 +191,4 @@ class ExcludingLoader(Protocol):
     step: int
     """The position in the epoch of the batch last yielded (the manifest's ``step``)."""
 
-    def exclude(self, indices: Iterable[int]) -> None: ...
+    def exclude(self, indices: Iterable[SampleKey]) -> None: ...

@@ -5,7 +5,11 @@ Each line is one bad sample in one batch leaf under one check:
 ========  ==============  ===============================================================
 column    type            meaning
 ========  ==============  ===============================================================
-index     int64           the sample's dataset index (what the sampler handed out)
+index     Int64           the sample's dataset index (what the sampler handed out); null for
+                          a stream sample
+sample    string          a stream sample's key, or its row in ``source``; a map-style
+                          sample's key where the dataset has one; nullable
+source    string          the shard, chunk or file ``sample`` is in; nullable
 check     string          check name, as in the scan's ``quarantine.parquet``
 severity  string          ``error`` or ``warning``, as in the scan
 key       string          batch leaf path, e.g. ``image`` or ``inputs.0``
@@ -15,6 +19,7 @@ rank      int32           the process's rank (0 without torch.distributed)
 epoch     int64           the epoch (``set_epoch``, or the count of passes)
 step      int64           the batch's position in the epoch (0-based, sampler order)
 time      datetime (UTC)  when the batch was checked
+dataset   string          fingerprint of the map-style dataset the index refers to; nullable
 ========  ==============  ===============================================================
 
 A batch's lines are written with one ``write`` and flushed before the batch is yielded, so a
@@ -35,8 +40,23 @@ from datacheck._jsonl import JsonlWriter, read_records
 from datacheck.errors import UsageError
 
 FILE_PATTERN = "quarantine-rank*.jsonl"
-COLUMNS = ("index", "check", "severity", "key", "value", "count", "rank", "epoch", "step", "time")
-_INTS = {"index": "int64", "count": "int32", "rank": "int32", "epoch": "int64", "step": "int64"}
+COLUMNS = (
+    "index",
+    "sample",
+    "source",
+    "check",
+    "severity",
+    "key",
+    "value",
+    "count",
+    "rank",
+    "epoch",
+    "step",
+    "time",
+    "dataset",
+)
+_INTS = {"index": "Int64", "count": "int32", "rank": "int32", "epoch": "int64", "step": "int64"}
+_TEXT = ("sample", "source", "check", "severity", "key", "value", "dataset")
 
 
 def rank_file(folder: str | os.PathLike[str], rank: int) -> Path:
@@ -68,25 +88,27 @@ def read_quarantine(folder: str | os.PathLike[str]) -> pd.DataFrame:
         folder: the ``quarantine=`` folder a :class:`~datacheck.torch.GuardedLoader` wrote.
 
     Returns:
-        One row per bad sample, leaf and check, with the columns ``index, check, severity,
-        key, value, count, rank, epoch, step, time``, sorted by epoch, step, rank and index.
-        Empty (with those columns) when the folder is missing or holds no records.
+        One row per bad sample, leaf and check, with the columns ``index, sample, source,
+        check, severity, key, value, count, rank, epoch, step, time, dataset`` (files written
+        before ``sample``/``source``/``dataset`` existed read with them null), sorted by epoch,
+        step, rank, index and sample. Empty (with those columns) when the folder is missing or
+        holds no records.
     """
     rows: list[dict[str, Any]] = []
     for path in sorted(Path(folder).glob(FILE_PATTERN)):
         rows.extend(read_records(path))
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df = df.astype(_INTS)
-    for col in ("check", "severity", "key", "value"):
+    for col in _TEXT:
         df[col] = df[col].astype("string")
     df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
-    df = df.sort_values(["epoch", "step", "rank", "index"], kind="stable")
+    df = df.sort_values(["epoch", "step", "rank", "index", "sample"], kind="stable")
     return df.reset_index(drop=True)
 
 
 def quarantined_indices(folder: str | os.PathLike[str]) -> set[int]:
     """Dataset indices recorded in a runtime quarantine folder (every rank)."""
-    return set(read_quarantine(folder)["index"].tolist())
+    return {int(i) for i in read_quarantine(folder)["index"].dropna().tolist()}
 
 
 IndexOf: TypeAlias = (

@@ -359,3 +359,36 @@ def test_a_sample_the_guard_names_is_excluded_by_the_loader_for_the_rest_of_the_
     assert 13 in seen[0] and 13 not in seen[1] and len(seen[1]) == 63
     rows = read_quarantine(folder)
     assert rows[["index", "epoch", "step", "key"]].values.tolist() == [[13, 0, 0, "loss"]]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [f"n01440764_{10000 + i}" for i in range(32)],  # WebDataset __key__s
+        [f"{i:06d}" for i in range(32)],  # zero-padded keys: '000007' is not index 7
+    ],
+)
+def test_string_keys_name_the_sample_as_text_never_as_an_index(tmp_path, names):
+    """Keys from a stream (WebDataset's ``__key__``) are names, not numbers: a NaN loss names
+    the sample by its key in the quarantine and the event log, and nothing becomes an index."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    x, y = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    log = tmp_path / "guard.jsonl"
+    guard = TrainingGuard(model, opt, quarantine=str(tmp_path / "q"), log=str(log))
+    for step in range(8):
+        xb = x.clone()
+        if step == 5:
+            xb[7, 3] = float("nan")
+        per_sample = F.cross_entropy(model(xb), y, reduction="none")
+        per_sample.mean().backward()
+        guard.step(per_sample.mean(), indices=names, sample_losses=per_sample.detach())
+        opt.zero_grad()
+    guard.close()
+    q = read_quarantine(tmp_path / "q")
+    assert q["sample"].tolist() == [names[7]] and q["index"].isna().all()
+    assert q["check"].tolist() == ["nonfinite_loss"]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    bad = next(e for e in events if e["kind"] == "nonfinite")
+    assert bad["indices"] == names and [s["index"] for s in bad["samples"]] == [names[7]]

@@ -46,10 +46,23 @@ def test_records_of_every_rank_come_back_as_one_typed_frame(tmp_path):
         [10, 0, 2],
         [11, 1, 2],
     ]
-    assert str(df["index"].dtype) == "int64" and str(df["count"].dtype) == "int32"
+    assert str(df["index"].dtype) == "Int64" and str(df["count"].dtype) == "int32"
     assert isinstance(df["time"].dtype, pd.DatetimeTZDtype) and str(df["time"].dt.tz) == "UTC"
     assert df["check"].dtype == "string" and df["value"].dtype == "string"
     assert quarantined_indices(tmp_path) == {10, 11, 20, 21}
+    # files of older versions (no sample/source/dataset) read with those columns null
+    assert df[["sample", "source", "dataset"]].isna().all().all()
+
+
+def test_stream_records_name_samples_by_key_and_source_without_an_index(tmp_path):
+    writer = QuarantineWriter(tmp_path, 0)
+    stream = {**record(0), "index": None, "sample": "000007", "source": "shard-000001.tar"}
+    writer.write([stream, record(7)])
+    writer.close()
+    df = read_quarantine(tmp_path)
+    assert df["index"].tolist()[0] == 7 and pd.isna(df["index"].tolist()[1])
+    assert df["sample"].tolist()[1] == "000007" and df["sample"].dtype == "string"
+    assert quarantined_indices(tmp_path) == {7}  # the key '000007' is not index 7
 
 
 def test_missing_or_empty_folder_reads_as_an_empty_frame(tmp_path):
