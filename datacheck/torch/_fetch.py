@@ -30,13 +30,15 @@ class LoadFailure:
     """A sample whose loading raised, as the main process learns of it."""
 
     pos: int
-    """Position of the sample in the batch the sampler drew."""
-    index: int
-    """The sample's dataset index."""
+    """Position of the sample in the batch the sampler drew (-1: a stream's, in no batch)."""
+    index: Any
+    """The sample's dataset index; a stream sample's :class:`SampleId` (None: not named)."""
     error: str
     """``Type: message`` of the exception (the record's value)."""
     trace: str
     """The formatted traceback, where it was raised (for logs and ``on_bad='raise'``)."""
+    where: str | None = None
+    """Where in a stream it happened, when the sample is not named (worker, position, shard)."""
 
 
 def _describe(exc: BaseException) -> str:

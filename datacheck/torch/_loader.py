@@ -31,9 +31,12 @@ from datacheck.torch._checks import (
 )
 from datacheck.torch._checks import to_device as _to_device
 from datacheck.torch._fetch import Fetched, GuardedCollate, LoadFailure, SafeDataset
+from datacheck.torch._identity import SampleId, record_fields
 from datacheck.torch._loader_config import LoaderConfig, LoaderStats, as_index_set, over_budget
-from datacheck.torch._quarantine import QuarantineWriter, quarantined_indices
+from datacheck.torch._quarantine import QuarantineWriter, quarantined_ids, quarantined_indices
 from datacheck.torch._sample_paths import SamplePaths, resolve_exclude
+from datacheck.torch.stream._collate import Excluded, batch_ids
+from datacheck.torch.stream._wire import StreamSide, is_stream, stream_ids
 
 logger = logging.getLogger("datacheck.torch")
 
@@ -41,8 +44,8 @@ logger = logging.getLogger("datacheck.torch")
 @dataclass
 class _Job:
     step: int
-    indices: list[int]
-    """Dataset indices of the batch's rows (those that loaded)."""
+    indices: list[Any]
+    """Dataset indices of the batch's rows (those that loaded); a stream's SampleIds."""
     batch: Any = None
     check: PendingCheck | None = None
     failures: tuple[LoadFailure, ...] = ()
@@ -60,51 +63,82 @@ class GuardedLoader:
         ...         ...
 
     Args:
-        loader: a map-style DataLoader with batching (``batch_size`` or ``batch_sampler``).
+        loader: a map-style DataLoader with batching (``batch_size`` or ``batch_sampler``), or
+            a stream loader: a DataLoader over an ``IterableDataset`` (WebDataset, ``datasets``
+            streaming, MosaicML or litdata ``StreamingDataset``, your generator), WebDataset's
+            ``WebLoader``, MosaicML's or litdata's ``StreamingDataLoader``, a
+            ``torchdata.nodes.Loader``. Stream samples are named by the identity their
+            pipeline gives them (see :mod:`datacheck.torch.stream`).
         config: a :class:`LoaderConfig`; or pass its fields as keyword arguments.
         **options: fields of :class:`LoaderConfig`.
 
     Raises:
-        UsageError: the loader cannot be guarded (iterable dataset, no batching, out of order).
+        UsageError: the loader cannot be guarded (no batching, out of order, not a loader).
     """
 
     def __init__(self, loader: DataLoader, config: LoaderConfig | None = None, **options: Any):
         if config is not None and options:
             raise UsageError("GuardedLoader: pass either config= or keyword options, not both")
         self.config = config if config is not None else LoaderConfig(**options)
-        _b.refuse_unguardable(loader)
         cfg = self.config
         self.inner = loader
         self.stats = LoaderStats()
         self.epoch = -1
         self._epoch_set = False
-        self.paths = SamplePaths(loader.dataset, cfg.path_of)
-        """The file of each dataset index, when the dataset lists them (``paths(i)``)."""
-        self._exclude = resolve_exclude(cfg.exclude, self.paths) | self._previously_quarantined()
-        self._late: set[int] = set()  # excluded this epoch: batches already drawn drop them
-        self._unshared: set[int] = set()  # excluded here since the ranks last agreed
         self._warned: set[tuple[str, str]] = set()
-        source, within = self._index_source(loader)
-        self._batches = _b.RecordedBatches(source, self._exclude, self.stats, within)
         self.rules_for = LeafRules(cfg.max_abs, cfg.ranges, cfg.fits)  # type: ignore[arg-type]
         """The rules run on a batch leaf: ``rules_for(key, dtype)`` (None: not checked)."""
         self.in_workers = self._checks_in_workers(loader)
-        dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
-        collate = GuardedCollate(loader.collate_fn, self.rules_for if self.in_workers else None)
-        self.loader = _b.rebuild(loader, self._batches, dataset or loader.dataset, collate)
+        self._stream: StreamSide | None = None
+        self._unshared: set[Any] = set()  # excluded here since the ranks last agreed
+        if is_stream(loader):
+            self._init_stream(loader)
+        else:
+            self._init_map(loader)
         self._writer: QuarantineWriter | None = None
-        self.batch_indices: list[int] = []
+        self.batch_indices: list[Any] = []
         """Dataset indices of the rows of the batch last yielded (pass them to TrainingGuard)."""
         self.step = -1
         """Position in the epoch (sampler order, as in the manifest) of the batch last yielded."""
 
-    @property
-    def dataset(self) -> Any:
-        return self.inner.dataset
+    def _init_map(self, loader: DataLoader) -> None:
+        _b.refuse_unguardable(loader)
+        cfg = self.config
+        self.paths = SamplePaths(loader.dataset, cfg.path_of)
+        """The file of each dataset index, when the dataset lists them (``paths(i)``)."""
+        self._exclude: Any = resolve_exclude(cfg.exclude, self.paths)
+        self._exclude |= self._previously_quarantined()
+        self._late: Any = set()  # excluded this epoch: batches already drawn drop them
+        source, within = self._index_source(loader)
+        self._batches = _b.RecordedBatches(source, self._exclude, self.stats, within)
+        dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
+        collate = GuardedCollate(loader.collate_fn, self.rules_for if self.in_workers else None)
+        self.loader: Any = _b.rebuild(loader, self._batches, dataset or loader.dataset, collate)
+
+    def _init_stream(self, loader: Any) -> None:
+        cfg = self.config
+        self.paths = SamplePaths(None, None)  # a stream lists no files by index
+        found = (
+            quarantined_ids(cfg.quarantine) if cfg.quarantine and cfg.skip_quarantined else set()
+        )
+        if found:
+            logger.info("skipping %d stream samples quarantined in %s", len(found), cfg.quarantine)
+        self._exclude = Excluded(found | stream_ids(cfg.exclude or ()))
+        self._late = Excluded()  # excluded since the workers started: dropped on arrival
+        rules = self.rules_for if self.in_workers else None
+        self._stream = StreamSide(
+            loader, cfg.key_fn, cfg.load_errors, rules, self._exclude, self.stats
+        )
+        self.loader = self._stream.loader
 
     @property
-    def excluded_indices(self) -> frozenset[int]:
-        """Dataset indices the sampler skips (quarantined, excluded, or found this run)."""
+    def dataset(self) -> Any:
+        return getattr(self.inner, "dataset", None)
+
+    @property
+    def excluded_indices(self) -> frozenset[Any]:
+        """Dataset indices the sampler skips (quarantined, excluded, or found this run); a
+        stream's sample identities."""
         return frozenset(self._exclude)
 
     def __len__(self) -> int:
@@ -118,15 +152,22 @@ class GuardedLoader:
         they arrive. Under DDP the ranks share exclusions at the next batch they agree on and at
         the start of every epoch, so a sample named on one rank is excluded on every rank.
         Nothing is written to the quarantine: the caller records why (e.g. TrainingGuard).
+        A stream takes the identities of its ``batch_indices``, or keys (any source).
         """
-        new = set(as_index_set(indices)) - self._exclude
-        self._exclude |= new  # in place: the batch sampler holds this set
+        if self._stream is not None:
+            new: set[Any] = self._exclude.add(stream_ids(indices))
+        else:
+            new = set(as_index_set(indices)) - self._exclude
+            self._exclude |= new  # in place: the batch sampler holds this set
         self._late |= new
         self._unshared |= new
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the manifest and forward it to the sampler (DistributedSampler)."""
         self.epoch, self._epoch_set = epoch, True
+        if self._stream is not None:
+            self._stream.set_epoch(epoch)
+            return
         seen: set[int] = set()
         samplers: tuple[Any, ...] = (
             self.inner.sampler,
@@ -145,37 +186,64 @@ class GuardedLoader:
             self._writer = None
 
     def __iter__(self) -> Iterator[Any]:
+        if self._stream is not None and self._stream.stages:
+            return self._staged()
+        return self._epoch()
+
+    def _epoch(self) -> Iterator[Any]:
         if not self._epoch_set:
             self.epoch += 1
         self._epoch_set = False
         run = _EpochRun(self, *_b.world())
         if run.share:
             self._take_shared(_b.share(self._unshared))
-        self._late.clear()
-        inner = iter(self.loader)
-        fifo = self._batches.fifo
+        if not self._persistent_workers():
+            self._late.clear()
+        pairs = self._stream.batches() if self._stream is not None else self._drawn()
         lag = 1 if self.config.deferred else 0
         try:
-            for fetched in inner:
-                while fifo[0] is _b.SKIPPED:
-                    run.push(fifo.popleft(), None)
-                indices = fifo.popleft()
-                assert indices is not None and len(indices) > 0
+            for indices, fetched in pairs:
                 run.push(indices, fetched)
                 yield from run.drain(lag)
-            while fifo:
-                run.push(fifo.popleft(), None)
             yield from run.drain(0)
         finally:
             self.close()
             logger.info("epoch %d: %s", self.epoch, self.stats.as_dict())
 
+    def _drawn(self) -> Iterator[tuple[list[int] | None, Fetched | None]]:
+        """Each fetched batch with the indices the sampler drew for it (None: a batch the
+        exclusions emptied, never fetched)."""
+        inner = iter(self.loader)
+        fifo = self._batches.fifo  # the one iter() just started
+        for fetched in inner:
+            while fifo[0] is _b.SKIPPED:
+                yield fifo.popleft(), None
+            indices = fifo.popleft()
+            assert indices is not None and len(indices) > 0
+            yield indices, fetched
+        while fifo:
+            yield fifo.popleft(), None
+
+    def _staged(self) -> Iterator[Any]:
+        """WebLoader's stages after its DataLoader, on the guarded batches."""
+        assert self._stream is not None
+        for batch in self._stream.staged(self._epoch()):
+            self.batch_indices = batch_ids(batch)
+            yield batch
+
+    def _persistent_workers(self) -> bool:
+        """Stream workers that outlive the epoch hold the exclusions of when they started."""
+        return self._stream is not None and bool(getattr(self.loader, "persistent_workers", 0))
+
     # ------------------------------------------------------------------ internals
 
-    def _take_shared(self, indices: set[int]) -> None:
+    def _take_shared(self, indices: set[Any]) -> None:
         """Exclusions every rank now knows (their union)."""
-        new = indices - self._exclude
-        self._exclude |= new
+        if self._stream is not None:
+            new: set[Any] = self._exclude.add(indices)
+        else:
+            new = indices - self._exclude
+            self._exclude |= new
         self._late |= new
         self._unshared.clear()
 
@@ -201,12 +269,13 @@ class GuardedLoader:
             return BatchSampler(sampler, bs.batch_size, bs.drop_last), False
         return bs, True
 
-    def _checks_in_workers(self, loader: DataLoader) -> bool:
+    def _checks_in_workers(self, loader: Any) -> bool:
         """Flag in the workers when batches stay on the CPU (parallel with training)."""
         if self.config.check_in_workers is not None:
             return self.config.check_in_workers
         device = self.config.device
-        return loader.num_workers > 0 and (device is None or device.type == "cpu")  # type: ignore[union-attr]
+        workers = _b.num_workers(loader)
+        return workers > 0 and (device is None or device.type == "cpu")  # type: ignore[union-attr]
 
     def _judge(self, findings: list[SampleFinding]) -> list[SampleFinding]:
         """The findings that make a sample bad (``drop_on``); the rest are counted and logged."""
@@ -229,74 +298,104 @@ class GuardedLoader:
                     )
         return bad
 
-    def _record(self, job: _Job, findings: list[SampleFinding], rank: int) -> list[int]:
-        """Quarantine the bad and unloadable samples of a batch; returns their dataset indices."""
-        bad = sorted({job.indices[f.pos] for f in findings} | {f.index for f in job.failures})
-        self._exclude.update(bad)
+    def _record(self, job: _Job, findings: list[SampleFinding], rank: int) -> list[Any]:
+        """Quarantine the bad and unloadable samples of a batch; returns their names (dataset
+        indices; a stream's identities, None where the pipeline names none), one per sample."""
+        rows = sorted({f.pos for f in findings})
+        bad = [job.indices[p] for p in rows] + [f.index for f in job.failures]
+        named = [b for b in bad if b is not None]
+        if self._stream is not None:
+            self._exclude.add(named)
+        else:
+            bad.sort()
+            self._exclude.update(named)
         if _b.world()[1] > 1:
-            self._unshared.update(bad)
+            self._unshared.update(named)
         if self.config.quarantine is not None:
             if self._writer is None:
                 self._writer = QuarantineWriter(self.config.quarantine, rank, self.config.fsync)
             now = datetime.now(timezone.utc).isoformat()
             head = {"rank": rank, "epoch": self.epoch, "step": job.step, "time": now}
-            records = [_finding_record(job, f, head) for f in findings]
-            records += [_failure_record(f, self.paths(f.index), head) for f in job.failures]
+            records = [_finding_record(job.indices[f.pos], f, head) for f in findings]
+            records += [self._failure_record(f, head) for f in job.failures]
             self._writer.write(records)
         self._log(job, findings, bad, rank)
         return bad
 
-    def _log(self, job: _Job, findings: list[SampleFinding], bad: list[int], rank: int) -> None:
+    def _failure_record(self, f: LoadFailure, head: dict[str, Any]) -> dict[str, Any]:
+        where = f.where if self._stream is not None else self.paths(f.index)
+        return {
+            **_names(f.index),
+            "check": LOAD_ERROR.name,
+            "severity": LOAD_ERROR.severity.value,
+            "key": where,
+            "value": f.error,
+            "count": 1,
+            **head,
+        }
+
+    def _log(self, job: _Job, findings: list[SampleFinding], bad: list[Any], rank: int) -> None:
         if job.failures:
             f = job.failures[0]
-            where = self.paths(f.index)
+            where = self._where(f)
             logger.warning(
-                "rank %d epoch %d step %d: %d sample(s) failed to load, dataset indices %s "
-                "(first: index %d%s: %s)",
+                "rank %d epoch %d step %d: %d sample(s) failed to load, %s %s (first: %s%s: %s)",
                 rank,
                 self.epoch,
                 job.step,
                 len(job.failures),
-                [x.index for x in job.failures][:20],
-                f.index,
+                "samples" if self._stream is not None else "dataset indices",
+                [show(x.index) for x in job.failures][:20],
+                _named(self, f.index),
                 f" {where!r}" if where else "",
                 f.error,
             )
         if findings:
             first = findings[0]
             logger.warning(
-                "rank %d epoch %d step %d: %d bad sample(s), dataset indices %s (first: %s in %r, value %s)",
+                "rank %d epoch %d step %d: %d bad sample(s), %s %s (first: %s in %r, value %s)",
                 rank,
                 self.epoch,
                 job.step,
                 len({f.pos for f in findings}),
-                bad[:20],
+                "samples" if self._stream is not None else "dataset indices",
+                [show(b) for b in bad[:20]],
                 first.check,
                 first.key,
                 first.value,
             )
 
+    def _where(self, f: LoadFailure) -> str | None:
+        """The file (map-style) or stream position a failure names."""
+        return f.where if self._stream is not None else self.paths(f.index)
 
-def _finding_record(job: _Job, f: SampleFinding, head: dict[str, Any]) -> dict[str, Any]:
+
+def show(name: Any) -> Any:
+    """A sample's name as logs and messages show it ("?": a stream sample without one)."""
+    if name is None:
+        return "?"
+    return str(name) if isinstance(name, SampleId) else name
+
+
+def _named(g: GuardedLoader, name: Any) -> str:
+    """``index 7`` (map-style) or ``sample 'key'`` (a stream)."""
+    return f"sample {show(name)!r}" if g._stream is not None else f"index {name}"
+
+
+def _names(name: Any) -> dict[str, Any]:
+    if name is None:
+        return {"index": None, "sample": None, "source": None}
+    return record_fields(name)
+
+
+def _finding_record(name: Any, f: SampleFinding, head: dict[str, Any]) -> dict[str, Any]:
     return {
-        "index": job.indices[f.pos],
+        **_names(name),
         "check": f.check,
         "severity": f.severity.value,
         "key": f.key,
         "value": f.value,
         "count": f.count,
-        **head,
-    }
-
-
-def _failure_record(f: LoadFailure, path: str | None, head: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "index": f.index,
-        "check": LOAD_ERROR.name,
-        "severity": LOAD_ERROR.severity.value,
-        "key": path,
-        "value": f.error,
-        "count": 1,
         **head,
     }
 
@@ -376,7 +475,7 @@ class _EpochRun:
         stats.bad += len(bad)
         stats.load_errors += len(job.failures)
         if bad and cfg.on_bad == "raise":
-            raise BadSampleError(_raise_message(job, findings, bad, g.paths), tuple(bad))
+            raise BadSampleError(_raise_message(g, job, findings, bad), tuple(bad))
         drop = {f.pos for f in findings}
         late = {p for p, i in enumerate(job.indices) if i in g._late} - drop if g._late else set()
         keep = [p for p in range(n) if p not in drop and p not in late]
@@ -404,22 +503,25 @@ class _EpochRun:
 
 
 def _raise_message(
-    job: _Job, findings: list[SampleFinding], bad: list[int], paths: SamplePaths
+    g: GuardedLoader, job: _Job, findings: list[SampleFinding], bad: list[Any]
 ) -> str:
     parts = []
     if findings:
         what = ", ".join(sorted({f"{f.check} in {f.key!r}" for f in findings}))
         parts.append(f"bad values ({what})")
+    stream = g._stream is not None
     if job.failures:
         f = job.failures[0]
-        where = paths(f.index)
+        where = g._where(f)
         parts.append(
-            f"{len(job.failures)} failed to load (index {f.index}"
-            + (f", file {where!r}" if where else "")
+            f"{len(job.failures)} failed to load ({_named(g, f.index)}"
+            + (f", {'at' if stream else 'file'} {where!r}" if where else "")
             + f": {f.error})"
         )
+    names = "samples" if stream else "dataset indices"
     text = (
-        f"batch {job.step} holds {len(bad)} bad sample(s) at dataset indices {bad[:50]}: "
+        f"batch {job.step} holds {len(bad)} bad sample(s), {names} "
+        f"{[show(b) for b in bad[:50]]}: "
         f"{'; '.join(parts)}. They are quarantined and will be skipped on the next run. Use "
         "on_bad='drop' to train on without them."
     )
@@ -434,12 +536,16 @@ def _budget_message(g: GuardedLoader, job: _Job) -> str:
     if not job.failures and s.load_errors <= (budget or 0):
         return "another rank stopped: it had more load errors than max_load_errors allows"
     last = job.failures[-1] if job.failures else None
-    where = g.paths(last.index) if last else None
+    where = g._where(last) if last else None
     limit = f"{budget:.2%} of the samples seen" if isinstance(budget, float) else f"{budget}"
     return (
         f"{s.load_errors} of {seen} samples seen failed to load, over max_load_errors "
         f"({limit}); the last: "
-        + (f"index {last.index}{f' ({where})' if where else ''}: {last.error}" if last else "?")
+        + (
+            f"{_named(g, last.index)}{f' ({where})' if where else ''}: {last.error}"
+            if last
+            else "?"
+        )
         + ". So many failures usually mean the data itself is unreachable (an unmounted or "
         "stale network volume, a moved folder, missing permissions), not a few bad files. "
         "Fix the data and rerun (the quarantine keeps the failed indices: delete its "

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 from datacheck.errors import UsageError
 from datacheck.torch._loader_config import LoaderStats
@@ -100,24 +100,31 @@ def agree(*flags: bool) -> list[bool]:
     return [bool(v) for v in t.tolist()]
 
 
-def share(indices: set[int]) -> set[int]:
+def share(indices: set[Any]) -> set[Any]:
     """The union over ranks of every rank's ``indices`` (one all-gather of small lists)."""
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, sorted(indices))
-    return {int(i) for part in gathered for i in part}
+    dist.all_gather_object(gathered, sorted(indices, key=str))
+    return {i if not isinstance(i, int) else int(i) for part in gathered for i in part}
 
 
 # --------------------------------------------------------------------------- the DataLoader
 
 
-def refuse_unguardable(loader: Any) -> None:
+def num_workers(loader: Any) -> int:
+    """A loader's worker processes (a WebLoader's are its DataLoader's; 0 when it has none)."""
     if not isinstance(loader, DataLoader):
-        raise UsageError(f"GuardedLoader wraps a torch DataLoader, not {type(loader).__name__}")
-    if isinstance(loader.dataset, IterableDataset):
+        loader = next(
+            (s for s in getattr(loader, "pipeline", ()) if isinstance(s, DataLoader)), None
+        )
+    return int(getattr(loader, "num_workers", 0) or 0)
+
+
+def refuse_unguardable(loader: Any) -> None:
+    """Refuse a map-style loader the guard cannot match with its indices."""
+    if not isinstance(loader, DataLoader):
         raise UsageError(
-            "GuardedLoader needs a map-style Dataset: bad samples are named by dataset index, "
-            "and an IterableDataset has none. Check the batches with datacheck.torch's "
-            "TrainingGuard instead, or index your dataset."
+            f"GuardedLoader wraps a torch DataLoader (map-style or over an IterableDataset), "
+            f"WebDataset's WebLoader or a torchdata.nodes Loader, not {type(loader).__name__}"
         )
     if loader.batch_sampler is None:
         raise UsageError(

@@ -48,6 +48,10 @@ class LoaderConfig:
     exclude: Any = frozenset()
     """More samples never to load: dataset indices, file paths, a scan ``Report`` (its corrupt
     files) or its ``exclusion_list()`` DataFrame. Paths need a dataset that lists its files."""
+    key_fn: Callable[[Any], Any] | None = None
+    """A stream sample's identity, ``key_fn(sample) -> key`` (a str or int, or a ``(source,
+    key)`` pair), run on each sample before your collate_fn; None: the pipeline's own (a
+    ``__key__``/``__url__`` field, MosaicML shard and row, litdata chunk and row)."""
     path_of: PathOf | None = None
     """The file of each dataset index, for datasets without ImageFolder's ``samples`` (used by
     path exclusions and named in ``load_error`` records)."""

@@ -38,6 +38,7 @@ import pandas as pd
 
 from datacheck._jsonl import JsonlWriter, read_records
 from datacheck.errors import UsageError
+from datacheck.torch._identity import SampleId
 
 FILE_PATTERN = "quarantine-rank*.jsonl"
 COLUMNS = (
@@ -109,6 +110,17 @@ def read_quarantine(folder: str | os.PathLike[str]) -> pd.DataFrame:
 def quarantined_indices(folder: str | os.PathLike[str]) -> set[int]:
     """Dataset indices recorded in a runtime quarantine folder (every rank)."""
     return {int(i) for i in read_quarantine(folder)["index"].dropna().tolist()}
+
+
+def quarantined_ids(folder: str | os.PathLike[str]) -> set[SampleId]:
+    """Stream samples recorded in a runtime quarantine folder: ``(source, sample)`` of every
+    record that names a sample by key (every rank)."""
+    df = read_quarantine(folder)
+    named = df.loc[df["sample"].notna(), ["source", "sample"]].drop_duplicates()
+    return {
+        SampleId(None if pd.isna(src) else str(src), str(key))
+        for src, key in zip(named["source"].tolist(), named["sample"].tolist(), strict=True)
+    }
 
 
 IndexOf: TypeAlias = (

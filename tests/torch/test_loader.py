@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from datacheck.checks._numpy import RowMap, check_values
 from datacheck.checks._rules import Bound, ColumnRules
@@ -318,15 +318,9 @@ def test_a_custom_collate_keeping_one_row_per_sample_is_supported():
     assert labels == GOOD
 
 
-class Stream(IterableDataset):
-    def __iter__(self):
-        yield from range(4)
-
-
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: DataLoader(Stream(), batch_size=2), "map-style"),
         (lambda: DataLoader(Planted(), batch_size=None), "batch_size"),
         (lambda: DataLoader(Planted(), batch_size=2, num_workers=1, in_order=False), "in_order"),
         (lambda: [1, 2], "DataLoader"),

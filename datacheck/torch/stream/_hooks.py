@@ -1,0 +1,130 @@
+"""The stream libraries' own decode stages, made to report to the loader and name their samples.
+
+Each hook runs in the process that iterates the dataset (a DataLoader worker's private copy,
+or the main process for the epoch) and is undone afterwards:
+
+- **MosaicML** ``StreamingDataset.__iter__`` maps ``self.__getitem__`` over the sample ids it
+  was given; the hook (an instance attribute, which that lookup finds first) names each sample
+  by its shard and row, leaves quarantined ones undecoded and returns a failure instead of
+  raising (the stream goes on).
+- **litdata** ``StreamingDataset.__next__`` calls ``self.__getitem__(ChunkedIndex(...))``: the
+  same, naming the sample by its chunk file and row in it.
+
+No library module is imported unless the dataset comes from it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from datacheck.torch._identity import SampleId
+from datacheck.torch.stream._collate import Excluded, StreamFetched
+from datacheck.torch.stream._items import Skipped, Tagged, failure
+from datacheck.torch.stream._source import Hook
+
+Namer = Callable[[Any, Any], "SampleId | None"]
+"""The identity of the sample ``dataset.__getitem__(arg)`` reads, from ``(dataset, arg)``; None
+for an argument that is not the stream's own (a slice, a list, a key)."""
+
+
+def _from(module: str, name: str, obj: Any) -> bool:
+    """Whether ``obj`` is an instance of ``module.name`` (only when that module is loaded)."""
+    mod = sys.modules.get(module)
+    cls = getattr(mod, name, None) if mod is not None else None
+    return isinstance(cls, type) and isinstance(obj, cls)
+
+
+def _mds_name(ds: Any, sample_id: Any) -> SampleId | None:
+    if not isinstance(sample_id, int | np.integer):
+        return None
+    shard_id, row = ds.spanner[int(sample_id)]
+    shard = ds.shards[shard_id]
+    stream = ds.streams[int(ds.stream_per_shard[shard_id])]
+    root = stream.remote or stream.local
+    return SampleId(_join(root, shard.split, shard.raw_data.basename), str(int(row)))
+
+
+def _litdata_name(ds: Any, index: Any) -> SampleId | None:
+    if not hasattr(index, "chunk_index"):
+        return None
+    config = ds.cache._reader.config
+    chunk = int(index.chunk_index)
+    start = int(config.intervals[chunk][0])
+    filename = config._chunks[chunk]["filename"]
+    root = getattr(ds.input_dir, "url", None) or getattr(ds.input_dir, "path", None) or ""
+    return SampleId(_join(root, "", filename), str(int(index.index) - start))
+
+
+def _join(root: str, split: str, name: str) -> str:
+    if "://" in root:
+        return "/".join(p.strip("/") for p in (root, split, name) if p)
+    return os.path.join(root, split, name)
+
+
+class GetItemHook:
+    """Installs a naming, catching ``__getitem__`` on a dataset instance (see the module doc)."""
+
+    def __init__(
+        self, name: Namer, catch: tuple[type[BaseException], ...], excluded: Excluded
+    ) -> None:
+        self.name, self.catch, self.excluded = name, catch, excluded
+
+    def __call__(self, ds: Any) -> Callable[[], None]:
+        own = type(ds).__getitem__
+        name, catch, excluded = self.name, self.catch, self.excluded
+
+        def getitem(arg: Any) -> Any:
+            id = name(ds, arg)
+            if id is None:
+                return own(ds, arg)  # slices, lists, keys: not the stream's own path
+            if excluded.holds(id):
+                return Skipped(id)
+            if not catch:
+                return Tagged(own(ds, arg), id)
+            try:
+                return Tagged(own(ds, arg), id)
+            except catch as exc:
+                return failure(exc, id)
+
+        ds.__dict__["__getitem__"] = getitem
+        return lambda: ds.__dict__.pop("__getitem__", None)
+
+
+def hook_for(
+    dataset: Any, catch: tuple[type[BaseException], ...], excluded: Excluded
+) -> Hook | None:
+    """The hook of the library ``dataset`` comes from (None: a plain iterable)."""
+    if _from("streaming.base.dataset", "StreamingDataset", dataset):
+        return GetItemHook(_mds_name, catch, excluded)
+    if _from("litdata.streaming.dataset", "StreamingDataset", dataset):
+        return GetItemHook(_litdata_name, catch, excluded)
+    return None
+
+
+def after_batch(loader: Any, fetched: StreamFetched) -> None:
+    """Keep a loader's own sample count right: MosaicML's ``StreamingDataLoader`` counts what it
+    yields (for ``state_dict``), which must include the samples the guard left out."""
+    if _from("streaming.base.dataloader", "StreamingDataLoader", loader):
+        loader.num_samples_yielded += fetched.consumed - len(fetched.ids)
+
+
+def web_loader_stages(loader: Any) -> list[Any] | None:
+    """A WebDataset ``WebLoader``'s pipeline (its DataLoader first), else None."""
+    if not _from("webdataset.compat", "WebLoader", loader):
+        return None
+    from torch.utils.data import DataLoader
+
+    stages = list(loader.pipeline)
+    if not stages or not isinstance(stages[0], DataLoader):
+        return None
+    return stages
+
+
+def is_nodes_loader(loader: Any) -> bool:
+    """Whether ``loader`` is a ``torchdata.nodes.Loader``."""
+    return _from("torchdata.nodes.loader", "Loader", loader)
