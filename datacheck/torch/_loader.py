@@ -179,6 +179,19 @@ class GuardedLoader:
                 seen.add(id(obj))
                 obj.set_epoch(epoch)
 
+    def state_dict(self) -> Any:
+        """The stream loader's own resumption state (MosaicML's or litdata's
+        ``StreamingDataLoader``, a ``torchdata.nodes.Loader``); None when it keeps none. Its
+        sample counts include the samples the guard left out (they were consumed)."""
+        fn = getattr(self.loader, "state_dict", None) if self._stream is not None else None
+        return fn() if callable(fn) else None
+
+    def load_state_dict(self, state: Any) -> None:
+        """Resume the stream loader from :meth:`state_dict` (where it keeps one)."""
+        fn = getattr(self.loader, "load_state_dict", None) if self._stream is not None else None
+        if state is not None and callable(fn):
+            fn(state)
+
     def close(self) -> None:
         """Close the manifest file (every record is already flushed; it reopens on demand)."""
         if self._writer is not None:

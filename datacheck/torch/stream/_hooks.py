@@ -8,7 +8,9 @@ or the main process for the epoch) and is undone afterwards:
   by its shard and row, leaves quarantined ones undecoded and returns a failure instead of
   raising (the stream goes on).
 - **litdata** ``StreamingDataset.__next__`` calls ``self.__getitem__(ChunkedIndex(...))``: the
-  same, naming the sample by its chunk file and row in it.
+  same, naming the sample by its chunk file and row in it. litdata decodes a window of items at
+  once (``batch_decode="auto"``), so one bad item fails its whole window; the hook reads a
+  failed item again on its own (per-item decoding), so its neighbours survive.
 
 No library module is imported unless the dataset comes from it.
 """
@@ -60,6 +62,22 @@ def _litdata_name(ds: Any, index: Any) -> SampleId | None:
     return SampleId(_join(root, "", filename), str(int(index.index) - start))
 
 
+def _litdata_alone(ds: Any, read: Callable[[], Any]) -> Any:
+    """``read()`` with litdata's item loader decoding one item at a time (its public
+    ``set_batch_decode``), then as before."""
+    reader = getattr(getattr(ds, "cache", None), "_reader", None)
+    loader = getattr(reader, "_item_loader", None)
+    setter = getattr(loader, "set_batch_decode", None)
+    if setter is None:
+        return read()
+    before = getattr(loader, "_batch_decode", "auto")
+    setter(0)
+    try:
+        return read()
+    finally:
+        setter(before)
+
+
 def _join(root: str, split: str, name: str) -> str:
     if "://" in root:
         return "/".join(p.strip("/") for p in (root, split, name) if p)
@@ -70,13 +88,17 @@ class GetItemHook:
     """Installs a naming, catching ``__getitem__`` on a dataset instance (see the module doc)."""
 
     def __init__(
-        self, name: Namer, catch: tuple[type[BaseException], ...], excluded: Excluded
+        self,
+        name: Namer,
+        catch: tuple[type[BaseException], ...],
+        excluded: Excluded,
+        alone: Callable[[Any, Callable[[], Any]], Any] | None = None,
     ) -> None:
-        self.name, self.catch, self.excluded = name, catch, excluded
+        self.name, self.catch, self.excluded, self.alone = name, catch, excluded, alone
 
     def __call__(self, ds: Any) -> Callable[[], None]:
         own = type(ds).__getitem__
-        name, catch, excluded = self.name, self.catch, self.excluded
+        name, catch, excluded, alone = self.name, self.catch, self.excluded, self.alone
 
         def getitem(arg: Any) -> Any:
             id = name(ds, arg)
@@ -89,7 +111,13 @@ class GetItemHook:
             try:
                 return Tagged(own(ds, arg), id)
             except catch as exc:
-                return failure(exc, id)
+                if alone is None:
+                    return failure(exc, id)
+                error = exc
+            try:  # read on its own: the error may be a neighbour's, decoded together
+                return Tagged(alone(ds, lambda: own(ds, arg)), id)
+            except catch:
+                return failure(error, id)
 
         ds.__dict__["__getitem__"] = getitem
         return lambda: ds.__dict__.pop("__getitem__", None)
@@ -102,7 +130,7 @@ def hook_for(
     if _from("streaming.base.dataset", "StreamingDataset", dataset):
         return GetItemHook(_mds_name, catch, excluded)
     if _from("litdata.streaming.dataset", "StreamingDataset", dataset):
-        return GetItemHook(_litdata_name, catch, excluded)
+        return GetItemHook(_litdata_name, catch, excluded, _litdata_alone)
     return None
 
 

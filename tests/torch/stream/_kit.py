@@ -73,14 +73,30 @@ def assert_recorded(folder: Any, names: dict[int, str]) -> pd.DataFrame:
     return q
 
 
-def assert_dropped_where_they_appear(epoch: Epoch, q: pd.DataFrame, batch: int = BATCH) -> None:
-    """In a single ordered stream (no workers), batch ``s`` holds samples ``[8s, 8s+8)``: each
-    bad sample is missing from exactly its own batch, recorded at that step, and the batch's
-    clean samples are all there (never a whole batch lost for one sample)."""
+def assert_dropped_where_they_appear(
+    epoch: Epoch,
+    q: pd.DataFrame,
+    batch: int = BATCH,
+    order: Iterable[int] = range(N),
+    *,
+    slot: bool = True,
+) -> None:
+    """In a single ordered stream (no workers), batch ``s`` is the ``s``-th run of ``batch``
+    items of ``order``: each bad sample is missing from exactly its own batch, recorded at that
+    step, and the batch's clean samples are all there (never a whole batch lost for one sample).
+
+    ``slot``: the unreadable sample takes a place in its batch (a failure the stream yields);
+    else (a handler that skips it, as WebDataset's) the next sample takes it.
+    """
+    items = [i for i in order if slot or i != UNREADABLE]
+    step_of = {i: p // batch for p, i in enumerate(items)}
+    if not slot:  # reported while the batch of the next sample was being filled
+        after = list(order)
+        step_of[UNREADABLE] = step_of[after[after.index(UNREADABLE) + 1]]
     by_step = {step: labels for step, labels, _ in epoch.batches}
     for i in BAD:
-        step = i // batch
-        expected = [j for j in range(step * batch, (step + 1) * batch) if j not in BAD and j < N]
-        assert by_step[step] == expected, (i, by_step.get(step))
+        step = step_of[i]
+        expected = [j for j in items if step_of[j] == step and j not in BAD]
+        assert by_step[step] == expected, (i, step, by_step.get(step))
         rec = q[q["check"] == BAD[i]]
         assert rec["step"].tolist() == [step], rec
