@@ -245,9 +245,10 @@ def _progress(progress: bool | Progress | None) -> tuple[Progress | None, Callab
 
 
 def _null_severity(compiled: CompiledSchema | None, config: ScanConfig, column: str) -> Severity:
-    """The severity of a null in ``column``: a schema column counts nulls only where it is not
-    nullable (an error); elsewhere the scan's ``null_severity``."""
-    if compiled is not None and compiled.spec_for(column) is not None:
+    """The severity of a null in ``column``: with a schema, an error where a column is not
+    nullable (the units count nulls only there; undeclared columns have no null rule:
+    DIFFERENCES ``undeclared``); without one, the scan's ``null_severity``."""
+    if compiled is not None:
         return Severity.ERROR
     return Severity(config.null_severity)
 

@@ -183,20 +183,23 @@ def _rule_mask(
     values: np.ndarray, valid: np.ndarray | None, rule: Range | Allowed, finite: np.ndarray | None
 ) -> np.ndarray:
     """A range or membership rule's failures, with pandera's ``ignore_na``: by default a
-    null or NaN is skipped; with ``ignore_na: false`` it fails.  Inf is skipped by ranges
-    (it is always an ``inf`` finding).  ``finite``: ``np.isfinite(values)`` for float data."""
+    null or NaN is skipped; with ``ignore_na: false`` it is compared as pandas compares it
+    (it fails, except ``notin``/``not_equal_to``: NaN is no forbidden value).  Inf is skipped
+    by ranges (it is always an ``inf`` finding).  ``finite``: ``np.isfinite(values)`` for
+    float data."""
     if isinstance(rule, Range):
         mask = _range_mask(values, rule)
     else:
         mask = np.isin(values, np.asarray(rule.values), invert=not rule.negate)
+    skip_na = rule.ignore_na or (isinstance(rule, Allowed) and rule.negate)
     if finite is not None:
-        if rule.ignore_na:
+        if skip_na:
             mask &= finite if isinstance(rule, Range) else ~np.isnan(values)
         else:
             mask &= finite | np.isnan(values) if isinstance(rule, Range) else True
             mask |= np.isnan(values)
     if valid is not None:
-        if rule.ignore_na:
+        if skip_na:
             mask &= valid
         else:
             mask |= ~valid

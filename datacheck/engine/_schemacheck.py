@@ -90,6 +90,11 @@ class SchemaRun:
         self.current: dict[str, list[pa.Array]] = {}
         """This batch's checked columns, piece by piece."""
         self.errors: dict[tuple[str | None, str], fnd.Finding] = {}
+        self.coerced: set[str] = set()
+        """Columns cast to the schema's dtype (pandera's checks see its pandas type)."""
+        types = {f.name: f.type for f in arrow_schema} if arrow_schema is not None else {}
+        self.dictionaries = {n: pa.types.is_dictionary(t) for n, t in types.items()}
+        """Columns stored dictionary-encoded: pandas reads them as categories."""
 
     def parsed_columns(self, columns: dict[str, str]) -> dict[str, str]:
         """The types a CSV's numeric columns are reported with (they were read as text)."""
@@ -135,13 +140,14 @@ class SchemaRun:
             self.current.setdefault(name, []).append(arr)
             return arr, undeclared_rules(is_float, numeric)
         source, bad = arr, None
+        text = self.text and pa.types.is_string(arr.type) and parse_type(spec.dtype) is not None
+        if text:  # a CSV's numbers: parsed, then cast to the dtype (2.4 is no int64)
+            arr, bad = _parse(arr, pa.float64())
         if spec.default is not None and arr.null_count:
             arr = fill_default(arr, spec)
-        if self.text and pa.types.is_string(arr.type) and (target := parse_type(spec.dtype)):
-            arr, bad = _parse(arr, target)
-            if pa.types.is_integer(arrow_type_for(spec.dtype)):  # a CSV's integers: 2.4 is bad
-                arr, cast_bad = self._cast(name, spec, arr, offset, emit)
-                bad = _union(bad, cast_bad)
+        if text and arr.type != arrow_type_for(spec.dtype):
+            arr, cast_bad = self._cast(name, spec, arr, offset, emit)
+            bad = _union(bad, cast_bad)
         elif spec.coerce and spec.target is not None and not dtype_matches(spec.dtype, arr.type):
             arr, bad = self._cast(name, spec, arr, offset, emit)
         if arr is not source:
@@ -165,6 +171,8 @@ class SchemaRun:
         those its cast fails on or would change; a float source's NaN and Inf are reported
         as such, whatever they become."""
         result = cast(arr, spec.target)
+        if spec.coerce:
+            self.coerced.add(name)
         if pa.types.is_floating(arr.type) and not pa.types.is_floating(result.values.type):
             valid = _mask(pc.is_valid(arr))
             _emit_mask(name, "nan", valid & _mask(pc.is_nan(arr)), offset, emit)
@@ -192,8 +200,7 @@ class SchemaRun:
                 self.whole.setdefault(key, []).append(arr)
                 continue
             if series is None:
-                series = arr.to_pandas()
-                series.name = name
+                series = self._series(name, arr)
             out = run_check(check, series)
             if out.passed is not None:  # it answered for the batch as a whole after all
                 self.whole[key] = [arr]
@@ -201,6 +208,20 @@ class SchemaRun:
             self._outcome(name, check, out, len(arr), offset, emit, merged)
         for (check_name, sev), mask in merged.items():
             _emit_mask(name, check_name, mask, offset, emit, sev)
+
+    def _series(self, name: str, arr: Any) -> Any:
+        """The column as pandera's checks see it: as pandas reads the file (a dictionary as a
+        category), in the pandas type pandera casts to where the schema coerces it."""
+        series = arr.to_pandas()
+        series.name = name
+        spec = self.spec(name)
+        if spec is not None and name in self.coerced:
+            with contextlib.suppress(Exception):  # pandera's cast: as pandera would check
+                series = spec.target.coerce(series)
+                series.name = name
+        elif self.dictionaries.get(name) and series.dtype != "category":
+            series = series.astype("category")
+        return series
 
     def _outcome(
         self,
@@ -307,8 +328,7 @@ class SchemaRun:
         for (name, i), arrays in self.whole.items():
             spec = self.spec(name)
             check = self._pandas_check(spec, name, arrays[0], i)
-            series = pa.chunked_array(arrays).to_pandas()
-            series.name = name
+            series = self._series(name, pa.chunked_array(arrays))
             self._outcome(name, check, run_check(check, series), len(series), 0, emit)
         if self.frames:
             frame = _frame(pa.concat_tables(self.frames, promote_options="default"))

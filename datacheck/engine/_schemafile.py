@@ -53,12 +53,13 @@ def match_index(stored: list[str], specs: tuple[ColumnSpec, ...], ordered: bool)
 
 
 def parse_type(dname: str | None) -> pa.DataType | None:
-    """What a CSV column of this dtype is parsed as: float64 for integers (a ``nan`` or a
-    ``1.5`` in an integer column is data to check), the float's own width otherwise."""
+    """What a CSV column of a numeric dtype is parsed as before it is cast to that dtype:
+    float64 (a ``nan``, a ``1.5`` or a ``1e300`` in an integer or float32 column is data to
+    check: the cast names it)."""
     t = arrow_type_for(dname)
     if t is None or pa.types.is_string(t):
         return None
-    return pa.float64() if pa.types.is_integer(t) else t
+    return pa.float64()
 
 
 def file_findings(

@@ -302,7 +302,7 @@ def _check_column(
     is_float = pa.types.is_floating(leaf) and name not in integer_columns
     numeric = is_numeric(leaf)
     untyped = False
-    if run is not None and run.spec(name) is not None:
+    if run is not None:  # a schema column, an undeclared one, or one strict: filter drops
         arr, rules = run.column(name, arr, is_float, numeric, offset, col.hits)
     else:  # no type (all empty in a CSV, all null in JSON): numbers to a loader, or text?
         untyped = pa.types.is_null(leaf)

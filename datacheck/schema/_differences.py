@@ -42,6 +42,9 @@ DIFFERENCES: dict[str, str] = {
     "n_failure_cases": "`n_failure_cases` limits pandera's error message only: datacheck "
     "reports every failing row.",
     "drop_invalid_rows": "`drop_invalid_rows`: the rows pandera would drop are reported.",
+    "null_column": "a column at least half null in a file where the schema does not allow "
+    "nulls is also one column-level `null_column` finding, beside its rows' `null` findings "
+    "(pandera: the rows only).",
     "undeclared": "a column the schema does not declare (and `strict: filter` does not drop) "
     "keeps datacheck's own checks: NaN and +/-Inf are errors, abs(x) > 65504 in a float column "
     "a warning (`fp16`); nulls in it are not reported. pandera does not look at it.",

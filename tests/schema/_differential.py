@@ -48,11 +48,16 @@ class Answer:
     kinds: dict[Site, set[str]] = field(default_factory=dict)
     """pandera: ``dtype``, ``coerce``, ``check``, ``check_error``, ``null``, ``unique``,
     ``presence``, ``frame``, ``aggregate``; datacheck: the finding's value (text)."""
+    values: dict[Site, Any] = field(default_factory=dict)
+    """pandera: the failure case of each site (its first)."""
+    types: dict[str, str] = field(default_factory=dict)
+    """datacheck: each column's type as the scan read it."""
 
-    def add(self, site: Site, severity: str, kind: str) -> None:
+    def add(self, site: Site, severity: str, kind: str, value: Any = None) -> None:
         if self.sites.get(site) != "error":  # an error and a warning at one site: error
             self.sites[site] = severity
         self.kinds.setdefault(site, set()).add(kind)
+        self.values.setdefault(site, value)
 
 
 @dataclass
@@ -159,7 +164,7 @@ def pandera_answer(schema: Any, frame: pd.DataFrame) -> tuple[Answer, pd.DataFra
     positions = _positions(frame.index)
     for r in cases.itertuples():
         for site, kind, severity in _pandera_sites(schema, r, positions):
-            answer.add(site, severity, kind)
+            answer.add(site, severity, kind, r.failure_case)
     return answer, cases
 
 
@@ -178,6 +183,8 @@ def _pandera_sites(schema: Any, r: Any, positions: dict[Any, int]) -> list[tuple
         row = positions.get(str(r.index))
     if ctx in ("Index", "MultiIndex"):
         col = index_label(None if _isna(col) else col)
+    elif _isna(col):
+        col = None
     if chk in _PRESENCE:
         return [(Site(r.failure_case, "schema", None), "presence", "error")]
     if chk.startswith("no_regex_column_match("):
@@ -267,7 +274,9 @@ def datacheck_answer(schema: Any, path: Path, out: Path, index_names: set[str]) 
         report = datacheck.scan(path, schema=schema, out=out, isolate=False, workers=1)
     except SchemaError as exc:
         raise Refused(str(exc)) from exc
-    return findings_answer(report.findings, index_names)
+    answer = findings_answer(report.findings, index_names)
+    answer.types = dict(report.data["files"][0].get("columns") or {})
+    return answer
 
 
 def findings_answer(f: pd.DataFrame, index_names: set[str]) -> Answer:
@@ -404,20 +413,50 @@ def _fp16(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> b
 
 
 def _text_dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
-    """CSV stores no types: pandas infers one, the scan reads the schema's."""
-    if ex.fmt != "csv" or site.check != "schema":
+    """CSV stores no types: the scan reads a column the schema gives a numeric or str dtype
+    as that type, others as Arrow infers them; pandas infers its own.  Where the two read
+    a column as different kinds of data, what is checked on it differs."""
+    if ex.fmt != "csv":
+        return False
+    if _read_differently(ex, ours, site.column):
+        return True
+    if site.check != "schema":
         return False
     if side == "pandera":
         return bool(theirs.kinds.get(site, set()) & {"dtype"})
     return site.row is None or bool(_in_column(theirs, site.column, {"dtype"}))
 
 
+def _kind(text: str) -> str:
+    for word, kind in (("int", "number"), ("float", "number"), ("double", "number")):
+        if word in text:
+            return kind
+    for word in ("bool", "timestamp", "datetime", "date", "null"):
+        if word in text:
+            return word.replace("datetime", "timestamp")
+    return "text" if ("str" in text or "object" in text or "utf8" in text) else text
+
+
+def _read_differently(ex: Example, ours: Answer, col: str | None) -> bool:
+    if col is None or col not in ex.frame.columns or col not in ours.types:
+        return False
+    pandas_kind = _kind(str(ex.frame[col].dtype).lower())
+    if pandas_kind == "number" and ex.frame[col].isna().all():
+        pandas_kind = "null"
+    return pandas_kind != _kind(ours.types[col].lower())
+
+
 def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
     col = site.column
-    if not any(c.coerce for c in _columns(ex, col)) and not ex.schema.coerce:
+    coerced = any(c.coerce for c in _columns(ex, col)) or ex.schema.coerce
+    if not coerced and not (col is None and ex.schema.coerce):
         return False
     if site.check == "schema":
         if side == "pandera":
+            if _isna(theirs.values.get(site)) and theirs.kinds.get(site, set()) & {"coerce"}:
+                return True  # pandera's cast fails on a null: a null stays null
+            if col is None and site.row is None:  # the frame's cast failed: the scan names it
+                return any(s.check == "schema" for s in ours.sites)
             if site.row is None:  # pandera fails the column as a whole: the scan names rows
                 return bool([s for s in _in_column(ours, col, check="schema") if s.row is not None])
             return ex.value(col, site.row) is None  # a null stays null
@@ -468,6 +507,14 @@ def _undeclared(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str
     return site.check != "extreme" or _fp16(ex, theirs, ours, site, side)
 
 
+def _null_column(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    if side != "datacheck" or site.check != "null_column" or site.row is not None:
+        return False
+    if site.column not in ex.table.column_names or not ex.table.num_rows:
+        return False
+    return ex.table.column(site.column).null_count >= 0.5 * ex.table.num_rows
+
+
 def _mapped(*_: Any) -> bool:
     return False  # applied while the sites are built, not as an explanation
 
@@ -487,6 +534,7 @@ RULES: dict[str, Rule] = {
     "check_error": _mapped,  # pandera's exception text -> row None (_pandera_sites)
     "n_failure_cases": _mapped,  # quiet(): every failure case
     "drop_invalid_rows": _mapped,  # quiet(): the rows are reported
+    "null_column": _null_column,
     "undeclared": _undeclared,
 }
 """The code of each DIFFERENCES row; ``tests/schema/test_generated.py`` pins the keys."""
@@ -568,3 +616,80 @@ def run(case: Case, fmt: str, folder: Path, spec: Any = None) -> list[str]:
     ours = datacheck_answer(schema if spec is None else spec, path, folder / "out", names)
     ex = Example(schema, case.data, fmt, path, read(path), names)
     return differences(ex, ours).problems
+
+
+# --- generated examples (tests/schema/test_generated.py) ---------------------------------
+
+
+@dataclass
+class Outcome:
+    """One generated example, judged."""
+
+    status: str
+    """``agree``, ``disagree``, ``refused`` (datacheck refused what pandera runs),
+    ``no_oracle`` (pandera itself raised)."""
+    problems: list[str] = field(default_factory=list)
+    used: dict[str, int] = field(default_factory=dict)
+
+
+def check_generated(gen: Any, folder: Path, cli: bool = False) -> Outcome:
+    """Write the example, validate it with pandera, scan it with datacheck (in this process,
+    or through the CLI), compare."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = write(gen.table, gen.fmt, folder, gen.row_group_size, gen.index)
+    spec: Any = gen.schema
+    try:
+        schema = gen.pandera_schema
+    except Exception as exc:  # noqa: BLE001 - a model pandera cannot build: datacheck refuses it
+        try:
+            datacheck_answer(spec, path, folder / "out", set())
+        except Refused:
+            return Outcome("no_oracle", [f"pandera: {exc}"[:300]])
+        return Outcome("disagree", [f"pandera cannot build the schema ({exc}); datacheck ran it"])
+    if gen.yaml or cli:
+        try:
+            text = schema.to_yaml()
+        except Exception:  # noqa: BLE001 - lambdas and the like have no YAML
+            text = None
+        if text is not None:
+            (folder / "schema.yaml").write_text(text)
+            spec, schema = folder / "schema.yaml", pa_.DataFrameSchema.from_yaml(text)
+        elif cli:
+            return Outcome("no_oracle", ["no YAML for this schema"])
+    frame = read(path)
+    names = index_names(schema, gen.index)
+    try:
+        theirs, _ = pandera_answer(schema, frame)
+    except PanderaRaised as exc:
+        return Outcome("no_oracle", [str(exc)])
+    try:
+        if cli:
+            ours = cli_answer(spec, path, folder / "out", names)
+        else:
+            ours = datacheck_answer(spec, path, folder / "out", names)
+    except Refused as exc:
+        return Outcome("refused", [str(exc)])
+    ex = Example(schema, gen.table, gen.fmt, path, frame, names)
+    verdict = compare(ex, join_unique_sets(schema, theirs), ours)
+    return Outcome("disagree" if verdict.problems else "agree", verdict.problems, verdict.used)
+
+
+def cli_answer(spec: Any, path: Path, out: Path, names: set[str]) -> Answer:
+    """The real CLI, as a user runs it: exit 0/1 with a report, 2 with one line."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(datacheck.__file__).parents[1])}
+    cmd = [sys.executable, "-m", "datacheck", "scan", str(path), "--schema", str(spec)]
+    res = subprocess.run(
+        [*cmd, "--out", str(out)], env=env, capture_output=True, text=True, timeout=300
+    )
+    if res.returncode == 2:
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        raise Refused(res.stderr.strip())
+    assert res.returncode in (0, 1), f"exit {res.returncode}: {res.stderr[-2000:]}"
+    report = datacheck.load_report(out)
+    answer = findings_answer(report.findings, names)
+    answer.types = dict(report.data["files"][0].get("columns") or {})
+    return answer
