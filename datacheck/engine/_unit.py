@@ -63,6 +63,9 @@ class UnitResult:
     """Per-column statistics (``ColumnProfile.state()``: plain, small), when the scan profiles."""
     nulls: dict[str, int] = field(default_factory=dict)
     """Null rows per column where a null is a finding (``null_column`` is judged on them)."""
+    shapes: dict[str, list[int] | None] | None = None
+    """Tensor files: each key's shape past the sample axis (None for a 0-d value), which tells
+    the shards of one array from arrays that only sit side by side."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The field values in order, not a dict naming each: a worker sends one result per
@@ -213,6 +216,8 @@ def _check_tensors(
             col.findings([fnd.Finding(col.path, "schema", err, msg, key, r) for r in rows])
         if profiler is not None:
             profiler.column(key).observe_tensor(arr, n)
+        if arr.dtype.kind == "c":  # a complex value is bad where its real or imaginary part is
+            arr = np.stack((arr.real, arr.imag), axis=-1)
         if arr.dtype.kind not in "iuf" or arr.size == 0:
             continue
         is_float = arr.dtype.kind == "f"
@@ -440,8 +445,9 @@ def _read(
     if not tabular:  # tensor readers may discover keys while reading (tar shards)
         if opened.columns:
             res.columns = dict(opened.columns)
+        if isinstance(shapes := opened.extra.get("shapes"), dict):
+            res.shapes = {k: list(v[1:]) if len(v) else None for k, v in shapes.items()}
         if schema is not None and schema.tensors is not None and unit.part == 0 and not errors:
-            shapes = opened.extra.get("shapes")
             col.findings(schema.tensors.file_findings(unit.path, res.columns, shapes))
     if profiler is not None:
         res.profile = {name: p.state() for name, p in profiler.columns.items()}

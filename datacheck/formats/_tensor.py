@@ -8,7 +8,7 @@ ordinal); the manifest ``column`` is the tensor key.  Heavy libraries (torch, h5
 only when a file of theirs is read.
 
 The readers live in ``_tensor_numpy`` (npy, npz), ``_tensor_torch`` (pt), ``_tensor_files``
-(safetensors, HDF5) and ``_tensor_tar`` (WebDataset shards); shared limits and chunking in
+(safetensors), ``_tensor_hdf5`` (HDF5) and ``_tensor_tar`` (WebDataset shards); shared limits and chunking in
 ``_tensor_common``.
 """
 
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from datacheck.formats import register
 from datacheck.formats._tensor_common import PICKLE_MSG, TensorFileError
-from datacheck.formats._tensor_files import Hdf5Format, SafetensorsFormat
+from datacheck.formats._tensor_files import SafetensorsFormat
+from datacheck.formats._tensor_hdf5 import Hdf5Format
 from datacheck.formats._tensor_numpy import SINGLE_KEY, NpyFormat, NpzFormat
 from datacheck.formats._tensor_tar import TarFormat
 from datacheck.formats._tensor_torch import PtFormat

@@ -75,6 +75,9 @@ class Source:
     itemsize: int
     read: Callable[[int, int], np.ndarray] | None
     """Samples ``[lo, hi)`` as a NumPy array (the whole value for 0-d); None: listed, not read."""
+    row_cost: int | None = None
+    """Bytes a sample costs to read when not its value's own: the first field of a record
+    carries the whole record (the others 0), read once for all of its fields."""
 
     @property
     def rows(self) -> int:
@@ -82,6 +85,8 @@ class Source:
 
     @property
     def row_bytes(self) -> int:
+        if self.row_cost is not None:
+            return self.row_cost
         return self.itemsize * math.prod(self.shape[1:])
 
     @property
@@ -148,6 +153,62 @@ def opened(
         expected_rows=n,
         extra={"shapes": {s.key: s.shape for s in sources}},
     )
+
+
+NUMERIC_KINDS = "biufc"
+"""dtype kinds the checks read (complex: its real and imaginary parts)."""
+
+
+def record_leaves(
+    dtype: np.dtype, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], np.dtype]]:
+    """The numeric fields of a structured dtype, nested ones included: (field path, dtype
+    with its subarray shape); strings, objects and opaque bytes are none of them."""
+    for name in dtype.names or ():
+        sub = dtype.fields[name][0]  # type: ignore[index]
+        if sub.base.names:
+            yield from record_leaves(sub.base, (*path, name))
+        elif sub.base.kind in NUMERIC_KINDS:
+            yield (*path, name), sub
+
+
+def field_of(records: np.ndarray, path: tuple[str, ...]) -> np.ndarray:
+    """One (nested) field of an array of records, subarray axes after the sample axes."""
+    out = records
+    for name in path:
+        out = out[name]
+    return out
+
+
+def record_sources(
+    key: str | None,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    read: Callable[[int, int], np.ndarray],
+) -> list[Source]:
+    """A :class:`Source` per numeric field of an array of records (a structured ``.npy``, an
+    HDF5 compound dataset, a PyTables Table): keys ``key.field.sub`` (``field.sub`` when
+    ``key`` is None).  The records of a range of samples are read once for all the fields;
+    the first field carries their cost (:attr:`Source.row_cost`)."""
+    cache: dict[tuple[int, int], np.ndarray] = {}
+
+    def records(lo: int, hi: int) -> np.ndarray:
+        if (lo, hi) not in cache:
+            cache.clear()
+            cache[lo, hi] = read(lo, hi)
+        return cache[lo, hi]
+
+    sources = []
+    for i, (path, sub) in enumerate(record_leaves(dtype)):
+        name = ".".join(path if key is None else (key, *path))
+
+        def read_field(lo: int, hi: int, path: tuple[str, ...] = path) -> np.ndarray:
+            return field_of(records(lo, hi), path)
+
+        row_cost = dtype.itemsize * math.prod(shape[1:]) if i == 0 else 0
+        full = (*shape, *sub.shape)
+        sources.append(Source(name, full, sub.base.name, sub.base.itemsize, read_field, row_cost))
+    return sources
 
 
 def check_unique(keys: list[str], what: str) -> None:

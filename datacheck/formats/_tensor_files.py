@@ -1,28 +1,22 @@
-"""``.safetensors`` (parsed and bounds-checked here, memory-mapped) and HDF5 (``h5py``).
+"""``.safetensors``: parsed and bounds-checked here, memory-mapped (HDF5: ``_tensor_hdf5``).
 
 safetensors: the 8-byte header length, the JSON header and every tensor's ``data_offsets`` are
 checked against the file before any view is made; a header that lies about its length, a dtype
 or shape that does not match the byte range, ranges past the end or overlapping -> ``corrupt``.
-
-HDF5: every numeric dataset (key = its path in the file, e.g. ``train/images``) is read a few
-MiB of samples at a time.  Datasets stored in external files or virtual datasets (which point at
-other paths) are listed but never read.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from datacheck.findings import Finding
-from datacheck.formats import Chunk, Format, Opened, WorkUnit, memory_budget, mib
+from datacheck.formats import Format, Opened, WorkUnit
 from datacheck.formats._tensor_common import (
     MappedFile,
-    SampleChunk,
     Source,
     TensorFileError,
     opened,
@@ -149,150 +143,3 @@ class SafetensorsFormat(Format):
                 mf.release(off, off + hi * row)
 
         return opened(sources, release)
-
-
-def _h5_source(key: str, ds: Any) -> Source:
-    dt = ds.dtype
-    shape = tuple(int(d) for d in ds.shape) if ds.shape is not None else ()
-    external = bool(getattr(ds, "external", None)) or bool(getattr(ds, "is_virtual", False))
-    if external or dt.kind not in "biuf" or dt.fields is not None:
-        label = "external (not read)" if external else str(dt)
-        return Source(key, shape, label, max(dt.itemsize, 1), None)
-    if not shape:
-        value = np.asarray(ds[()])
-        return Source(key, (), dt.name, dt.itemsize, sample_view(value))
-
-    def read(lo: int, hi: int) -> np.ndarray:
-        return np.asarray(ds[lo:hi])
-
-    return Source(key, shape, dt.name, dt.itemsize, read)
-
-
-_MAX_CHUNKS_LISTED = 1 << 20
-"""Datasets with more written chunks than this are read as usual (listing them costs)."""
-
-
-def _written_rows(ds: Any) -> int | None:
-    """Rows up to the end of the last written chunk (0: never written), or None when every
-    row may hold written data: the rows past it read as the fill value, without I/O."""
-    try:
-        if not ds.shape or math.prod(ds.shape) == 0:
-            return None
-        if int(ds.id.get_storage_size()) == 0:
-            return 0
-        if ds.chunks is None or ds.id.get_num_chunks() > _MAX_CHUNKS_LISTED:
-            return None
-        step = ds.chunks[0]
-        ends = (
-            ds.id.get_chunk_info(i).chunk_offset[0] + step for i in range(ds.id.get_num_chunks())
-        )
-        last = min(max(ends, default=0), ds.shape[0])
-    except Exception:  # noqa: BLE001 - h5py raises several kinds; then read it as usual
-        return None
-    return last if last < ds.shape[0] else None
-
-
-def _fill_findings(path: str, key: str, ds: Any, start: int, tensors: Any) -> list[Finding]:
-    """One finding per failed check for the rows of a dataset from ``start`` on, which were
-    never written, computed from its fill value (what every element there reads as) instead
-    of materialising 4 TiB of it; the rules of the schema's ``tensors:`` section if any."""
-    from datacheck.checks._rules import default_rules
-    from datacheck.checks._tensor import sample_hits
-
-    fill = np.asarray(ds.fillvalue if ds.fillvalue is not None else 0, dtype=ds.dtype)
-    n = (ds.shape[0] - start) * math.prod(ds.shape[1:])
-    is_float = ds.dtype.kind == "f"
-    rules = tensors.rules_for(key, is_float) if tensors else default_rules(is_float, True)
-    where = "never written" if start == 0 else f"rows {start}.. never written"
-    why = f"{where}: all {n} values are the fill value {fill.item()!r}"
-    return [
-        Finding(path, h.check, h.severity, why, key, None, n)
-        for h in sample_hits(fill.reshape(1, 1), rules)
-    ]
-
-
-def _with_fill_rows(base: Opened, unwritten: list[Source], findings: list[Finding]) -> Opened:
-    """``base`` plus the rows only never-written datasets have, as one chunk carrying their
-    findings (no values read: the rows are counted, the findings say every value)."""
-    read = base.expected_rows or 0
-    total = max(read, *(s.rows for s in unwritten))
-
-    def chunks() -> Iterator[Chunk]:
-        yield from base.chunks
-        yield SampleChunk(row_offset=read, tensors={}, samples=total - read, findings=findings)
-
-    return Opened(base.columns, chunks(), expected_rows=total, extra=base.extra)
-
-
-def _chunk_cached(fh: Any, name: str, budget: float) -> Any:
-    """``ds`` reopened with a chunk cache that holds a row of its chunks (all the chunks one
-    slice of samples crosses): HDF5's default 1 MiB cache re-inflated a 256 MiB chunk for
-    every few MiB of samples read.  A chunk past ``budget`` decoded is refused first."""
-    import h5py
-
-    ds = fh[name]
-    chunks, shape = ds.chunks, ds.shape
-    if chunks is None or not shape:
-        return ds
-    chunk = math.prod(chunks) * ds.dtype.itemsize
-    if chunk > budget:
-        raise TensorFileError(
-            f"dataset {name!r}: chunks of {chunk} bytes decoded, over the {mib(budget)} a unit "
-            "may decode at once (raise --unit-memory-mb to read it)"
-        )
-    across = math.prod(-(-n // c) for n, c in zip(shape[1:], chunks[1:], strict=True))
-    if chunk * across <= 1 << 20:
-        return ds  # the default cache holds it
-    del ds  # closed, so that the dataset opens again with its own cache
-    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-    dapl.set_chunk_cache(
-        max(521, 8 * across + 1), int(min(chunk * across, budget)) + (1 << 20), 1.0
-    )
-    return h5py.Dataset(h5py.h5d.open(fh.id, name.encode(), dapl))
-
-
-class Hdf5Format(Format):
-    name = "hdf5"
-    extensions = (".h5", ".hdf5", ".hdf")
-    tabular = False
-
-    def sniff(self, head: bytes) -> bool:
-        return head[:8] == b"\x89HDF\r\n\x1a\n"
-
-    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        import h5py
-
-        fh = h5py.File(unit.path, "r")
-        names: list[str] = []
-        fill_findings: list[Finding] = []
-
-        def visit(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset):
-                names.append(name)  # not the object: a dataset left open keeps its cache
-
-        fh.visititems(visit)
-        budget = memory_budget(options)
-        sources, unwritten = [], []
-        for name in names:
-            ds = fh[name]
-            src = _h5_source(name, ds)
-            written = _written_rows(ds) if src.read is not None else None
-            if written is not None:  # the rows past it: one finding per check, not read
-                unwritten.append(Source(name, src.shape, src.dtype, src.itemsize, None))
-                found = _fill_findings(unit.path, name, ds, written, options.get("tensors"))
-                fill_findings.extend(found)
-            if written == 0:
-                sources.append(unwritten[-1])
-            elif src.read is None:
-                sources.append(src)
-            else:
-                del src, ds  # closed: read through a dataset opened with its own chunk cache
-                src = _h5_source(name, _chunk_cached(fh, name, budget))
-                if written is not None:
-                    src.shape = (written, *src.shape[1:])
-                sources.append(src)
-        base = opened(sources, close=fh.close)
-        if not unwritten:
-            return base
-        base.extra["shapes"].update({s.key: s.shape for s in unwritten})
-        return _with_fill_rows(base, unwritten, fill_findings)

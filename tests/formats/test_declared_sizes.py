@@ -276,7 +276,7 @@ def test_an_hdf5_chunk_is_inflated_once_and_a_chunk_past_the_bound_is_refused(
     """A 256 MiB gzip chunk was re-inflated for every 8 MiB slice of samples (18 s for a 1 MB
     file): each dataset gets a chunk cache holding a row of its chunks."""
     h5py = __import__("pytest").importorskip("h5py")
-    from datacheck.formats._tensor_files import _chunk_cached
+    from datacheck.formats._tensor_hdf5 import _chunk_cached
 
     path = tmp_path / "gz.h5"
     with h5py.File(path, "w") as h:
