@@ -13,7 +13,22 @@ from datacheck.formats import Format, Opened, WorkUnit, _storage, detect, regist
 
 __all__ = ["discover", "discover_files", "plan_units"]
 
-_SKIP_NAMES = {"_SUCCESS", "_common_metadata", "_metadata"}
+NOT_DATA = "not a data file: no reader recognises its name or first bytes"
+HIDDEN = "a hidden file (name it to scan it)"
+_BOOKKEEPING_FILES = {
+    "_SUCCESS": "a Hadoop/Spark job's success marker, not data",
+    "_metadata": "a Parquet dataset's summary of its files' footers, not data",
+    "_common_metadata": "a Parquet dataset's common schema, not data",
+}
+"""Files that dataset writers keep beside their data, by name, and why each is not scanned."""
+_BOOKKEEPING_DIRS = {
+    "_temporary": "a Hadoop/Spark job's uncommitted task output, which the dataset's readers skip",
+    "_delta_log": "a Delta Lake table's transaction log, not data",
+    "_spark_metadata": "a Spark streaming sink's log of its files, not data",
+}
+"""Folders that dataset writers keep beside their data, by name: their files are listed under
+``ignored`` with the reason.  Any other folder is walked, ``_``-prefixed or not (a Python
+project's ``_fakedata/``); hidden folders too, their files listed as hidden."""
 
 
 class UnknownFormat(Format):
@@ -52,13 +67,24 @@ def _head(path: str) -> bytes:
         return b""
 
 
-def _skip_dir(name: str) -> bool:
-    """Hidden and underscore folders are not the dataset (hive ``key=value`` folders are)."""
-    return name.startswith((".", "_")) and "=" not in name
+def _folder_reason(name: str) -> str | None:
+    """Why the files under a folder of this name are listed, not scanned (None: walk it)."""
+    if name in _BOOKKEEPING_DIRS:
+        return f"inside {name}/: {_BOOKKEEPING_DIRS[name]}"
+    if name.startswith(".") and "=" not in name:
+        return f"inside the hidden folder {name}/ (name it to scan it)"
+    return None
 
 
-def _skip_file(name: str) -> bool:
-    return name.startswith((".", "_")) or name in _SKIP_NAMES or name.endswith(".crc")
+def _name_reason(name: str) -> str | None:
+    """Why a file of this name is not scanned whatever it holds (None: by what it holds)."""
+    if name in _BOOKKEEPING_FILES:
+        return f"{name}: {_BOOKKEEPING_FILES[name]}"
+    if name.endswith(".crc"):
+        return "a Hadoop checksum file, not data"
+    if name.startswith("."):
+        return HIDDEN
+    return None
 
 
 def _dataset_metadata(path: str) -> bool:
@@ -85,10 +111,14 @@ def _compressed_copies(files: dict[str, str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _is_data(path: str, name: str | None = None) -> bool:
-    if _skip_file(os.path.basename(path) if name is None else name) or _dataset_metadata(path):
-        return False
-    return _detect(path) is not None
+def _why_not_data(path: str) -> str | None:
+    """Why a file found in a folder is not scanned, or None when it is data."""
+    why = _name_reason(posixpath.basename(path.replace(os.sep, "/")))
+    if why is not None:
+        return why
+    if _dataset_metadata(path):
+        return "the metadata of the dataset beside it, read with its data files"
+    return None if _detect(path) is not None else NOT_DATA
 
 
 def _not_regular(mode: int) -> str | None:
@@ -155,17 +185,19 @@ class _Rules:
 
 
 def _walk(root: Path, rules: _Rules) -> tuple[list[str], list[str]]:
-    """Data files under a local directory, and the files skipped (not data, or refused).
+    """Data files under a local directory, and the files skipped, each with its reason.
 
     Folders are walked top-down in name order, as ``os.walk`` does (a folder that cannot be
     listed is skipped), reading each listing's entries once: what they are comes with them.
+    The files of a writer's bookkeeping folder (``_temporary/``) or a hidden one are listed
+    under ``ignored`` with the folder's reason, never scanned.
     """
     files: list[str] = []
     ignored: list[str] = []
     visited: set[str] = set()
-    stack = [os.fspath(root)]
+    stack: list[tuple[str, str | None]] = [(os.fspath(root), None)]
     while stack:
-        top = stack.pop()
+        top, inside = stack.pop()
         try:
             with os.scandir(top) as listing:
                 entries = sorted(listing, key=lambda e: e.name)
@@ -175,16 +207,14 @@ def _walk(root: Path, rules: _Rules) -> tuple[list[str], list[str]]:
         subdirs = []
         for entry in entries:
             if _is_dir(entry):
-                if _skip_dir(entry.name):
-                    continue
                 if entry.is_symlink() and not rules.follow:
                     rules.ignore(entry.path, rules.LINKED_DIR, ignored)
                 elif os.path.realpath(entry.path) not in visited:  # a link cycle ends here
-                    subdirs.append(entry.path)
-            elif (why := rules.refuse_entry(entry)) is not None:
+                    subdirs.append((entry.path, inside or _folder_reason(entry.name)))
+            elif why := rules.refuse_entry(entry) or inside or _why_not_data(entry.path):
                 rules.ignore(entry.path, why, ignored)
             else:
-                (files if _is_data(entry.path, entry.name) else ignored).append(entry.path)
+                files.append(entry.path)
         stack.extend(reversed(subdirs))
     return files, ignored
 
@@ -197,17 +227,22 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _walk_url(url: str) -> tuple[list[tuple[str, str]], list[str]]:
-    """The same rule over an object store: ``(url, root)`` pairs of data, and skipped objects."""
+def _walk_url(url: str) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The same rule over an object store: ``(url, root)`` pairs of data, and skipped objects
+    with their reasons."""
     found: list[tuple[str, str]] = []
-    ignored: list[str] = []
+    ignored: dict[str, str] = {}
     for obj, root, named in _storage.list_objects(url):
-        if not named and any(_skip_dir(d) for d in posixpath.relpath(obj, root).split("/")[:-1]):
+        if named:  # an object named explicitly is always scanned
+            found.append((obj, root))
             continue
-        if named or _is_data(obj):  # an object named explicitly is always scanned
+        folders = posixpath.relpath(obj, root).split("/")[:-1]
+        inside = next((r for d in folders if (r := _folder_reason(d)) is not None), None)
+        why = inside or _why_not_data(obj)
+        if why is None:
             found.append((obj, root))
         else:
-            ignored.append(obj)
+            ignored[obj] = why
     return found, ignored
 
 
@@ -247,7 +282,8 @@ def discover_files(
     for item in inputs:
         if _storage.is_url(item):  # s3://, gs://, memory://, ...: listed through fsspec
             found_urls, skipped_urls = _walk_url(item)
-            ignored.extend(skipped_urls)
+            for obj, reason in skipped_urls.items():
+                rules.ignore(obj, reason, ignored)
             for url, root in found_urls:
                 seen.setdefault(url, root)
             continue
@@ -269,6 +305,8 @@ def discover_files(
                 seen.setdefault(os.path.normpath(match), str(p.parent))
     for path in [p for p in seen if p.endswith(".bin") and p[: -len(".bin")] + ".idx" in seen]:
         del seen[path]  # a Megatron pair is one dataset, read from its .idx
+        idx = os.path.basename(path[: -len(".bin")] + ".idx")
+        rules.ignore(path, f"the data of the Megatron indexed dataset {idx}, read with it", ignored)
     for path, raw in _compressed_copies(seen):
         del seen[path]  # streaming's keep_zip cache: the shard is read from its raw copy
         rules.ignore(

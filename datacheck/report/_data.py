@@ -89,8 +89,8 @@ def write_report_json(
     ignored_why: Mapping[str, str] | None = None,
     media: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Write ``report.json``; ``ignored_why`` says why a path was refused (a FIFO, a symlink
-    out of the input folders) when it was not merely "not data"; ``media``: per-folder
+    """Write ``report.json``; ``ignored_why`` says why each ignored path was not scanned (not
+    data, a FIFO, a symlink out of the input folders, ...); ``media``: per-folder
     image/audio counts and decode throughput (``summary.media``)."""
     from datacheck._version import __version__
     from datacheck.report._gate import tolerance_summary
