@@ -374,7 +374,8 @@ def scan(
     roots = dict(files)
     for e in entries:
         e["root"] = roots.get(e["path"])  # the input folder (or URL prefix) it was found under
-    extra = shard_dtype_findings(entries, roots)
+    shapes = {r.path: r.shapes for r in results if r.part == 0 and r.shapes is not None}
+    extra = shard_dtype_findings(entries, roots, shapes)
     severity_of = partial(_null_severity, compiled, config)
     extra += null_column_findings(entries, results, severity_of, roots)
     if profiling:

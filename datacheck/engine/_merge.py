@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,13 +150,40 @@ def _name_pattern(path: str, root: str) -> str:
     return re.sub(r"\d+", "#", rel.lstrip("/"))
 
 
+_DEFAULT_KEY = re.compile(r"tensor|arr_\d+|\d+(?:\.\d+)*")
+"""Keys a writer gives arrays it was not told names of: a ``.npy`` or bare tensor
+(``tensor``), ``np.savez(f, a, b)`` (``arr_0``), a ``.pt`` list (``0``, ``0.1``)."""
+
+Shapes = Mapping[str, Sequence[int] | None]
+"""A tensor file's key -> shape past the sample axis (None: a 0-d value)."""
+
+
+def _group_keys(e: dict[str, Any], root: str, shapes: Shapes | None) -> list[tuple[Any, ...]]:
+    """What makes files shards of one dataset.  A table: its name pattern, or its column
+    names.  Tensor files: the same keys holding arrays of the same shape past the sample
+    axis, and either the name pattern or keys that are names (``images``/``labels``), not a
+    writer's defaults (``tensor``, ``arr_0``): two ``.npy`` files side by side are two arrays
+    unless they are named alike and shaped alike (``part-00001.npy``, ``part-00002.npy``)."""
+    name = (root, e["format"], "name", _name_pattern(e["path"], root))
+    columns = tuple(sorted(e["columns"]))
+    if shapes is None:
+        return [name, (root, e["format"], "columns", columns)]
+    sig = tuple((k, tuple(v) if v is not None else None) for k, v in sorted(shapes.items()))
+    keys: list[tuple[Any, ...]] = [(*name, sig)]
+    if not all(_DEFAULT_KEY.fullmatch(k) for k in columns):
+        keys.append((root, e["format"], "keys", sig))
+    return keys
+
+
 def dataset_groups(
-    entries: list[dict[str, Any]], roots: dict[str, str]
+    entries: list[dict[str, Any]],
+    roots: dict[str, str],
+    shapes: Mapping[str, Shapes] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Files that are shards of one dataset: under the same input root, in the same format,
-    and either named alike (the same path pattern up to digits: ``part-0001``, ``part-0002``,
-    hive folders ``day=2024-01-01``) or holding the same column names.  Two unrelated tables
-    side by side (``iris.parquet``, ``diabetes.parquet``) are two datasets."""
+    and alike by :func:`_group_keys` (``shapes``: each tensor file's shapes by path).  Two
+    unrelated tables side by side (``iris.parquet``, ``diabetes.parquet``) are two datasets,
+    and so are ``images.npy`` beside ``labels.npy``."""
     parent = list(range(len(entries)))
 
     def find(i: int) -> int:
@@ -168,11 +195,7 @@ def dataset_groups(
     first: dict[tuple[Any, ...], int] = {}
     for i, e in enumerate(entries):
         root = roots.get(e["path"], "")
-        keys = [
-            (root, e["format"], "name", _name_pattern(e["path"], root)),
-            (root, e["format"], "columns", tuple(sorted(e["columns"]))),
-        ]
-        for key in keys:
+        for key in _group_keys(e, root, (shapes or {}).get(e["path"])):
             j = first.setdefault(key, i)
             parent[find(i)] = find(j)
     groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -181,14 +204,18 @@ def dataset_groups(
     return list(groups.values())
 
 
-def shard_dtype_findings(entries: list[dict[str, Any]], roots: dict[str, str]) -> list[fnd.Finding]:
+def shard_dtype_findings(
+    entries: list[dict[str, Any]],
+    roots: dict[str, str],
+    shapes: Mapping[str, Shapes] | None = None,
+) -> list[fnd.Finding]:
     """A column whose dtype differs from the other shards of the same dataset.
 
     Shards are grouped by :func:`dataset_groups`; the majority dtype of each column is the
     reference.  Corrupt files are left out (their columns are unknown).
     """
     readable = [e for e in entries if e["status"] != "corrupt" and e["columns"]]
-    groups = dataset_groups(readable, roots)
+    groups = dataset_groups(readable, roots, shapes)
     out: list[fnd.Finding] = []
     for members in groups:
         if len(members) < 2:
