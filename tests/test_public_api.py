@@ -42,6 +42,7 @@ def test_check_names_are_stable() -> None:
         "drift",
         "unnormalized",
         "constant",
+        "truncated",
         "empty",
         "load_error",
     }

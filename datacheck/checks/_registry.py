@@ -110,6 +110,14 @@ CONSTANT = CheckSpec(
     "an image whose every pixel has one value (a blank frame), when the schema's images: "
     "section asks for it",
 )
+TRUNCATED = CheckSpec(
+    "truncated",
+    Severity.WARNING,
+    "file",
+    "a file shorter than its own header says that its library still reads (a WAV whose data "
+    "chunk claims more bytes than the file holds: libsndfile reads the frames present, which "
+    "are checked); a file its library cannot read is corrupt",
+)
 EMPTY = CheckSpec(
     "empty", Severity.WARNING, "value", "an empty document or sequence in a token dataset"
 )
@@ -137,6 +145,7 @@ CHECKS: dict[str, CheckSpec] = {
         DRIFT,
         UNNORMALIZED,
         CONSTANT,
+        TRUNCATED,
         EMPTY,
         LOAD_ERROR,
     )

@@ -2,8 +2,10 @@
 
 Every frame is decoded (``soundfile``, a thin binding to libsndfile), a block at a time.  Float
 PCM (WAV ``FLOAT``/``DOUBLE``) is checked for NaN and Inf like any tensor; integer PCM cannot
-hold them.  A file libsndfile cannot open or decode, or a WAV whose ``data`` chunk claims more
-bytes than the file holds (libsndfile would silently read the shorter part), is ``corrupt``.
+hold them.  A file libsndfile cannot open or decode is ``corrupt``.  libsndfile is the oracle:
+a WAV whose ``data`` chunk claims more bytes than the file holds (a recorder that died before
+it finished the file) is read by it, frames present only, so those are checked and the file
+gets a ``truncated`` warning naming both sizes, never ``corrupt``.
 :func:`check_audio` is shared with tar shards and Hugging Face ``Audio`` columns.  soundfile is
 imported only when audio is read (the ``media`` extra).
 """
@@ -51,7 +53,7 @@ def _wav_truncation(data: bytes) -> str | None:
         if cid == b"data":
             have = len(data) - pos - 8
             if size > have and size != 0xFFFFFFFF:  # 0xFFFFFFFF: a streamed, unsized WAV
-                return f"truncated: the data chunk claims {size} bytes, the file holds {have}"
+                return f"the data chunk claims {size} bytes, the file holds {have}"
             return None
         pos += 8 + size + (size & 1)
     return None
@@ -65,8 +67,7 @@ def check_audio(data: bytes) -> list[Problem]:
     """
     if not data:
         raise DecodeError("empty file (0 bytes): not audio")
-    if (cut := _wav_truncation(data)) is not None:
-        raise DecodeError(cut)
+    cut = _wav_truncation(data)
     sf = _soundfile()
     nan = inf = 0
     first: int | None = None
@@ -84,7 +85,7 @@ def check_audio(data: bytes) -> list[Problem]:
                 frame += len(block)
     except (RuntimeError, ValueError, OSError, EOFError) as exc:  # LibsndfileError too
         raise DecodeError(_reason(exc)) from None
-    out = []
+    out = [Problem("truncated", Severity.WARNING, f"{cut}; {frame} frames read")] if cut else []
     if nan:
         out.append(Problem("nan", Severity.ERROR, f"{nan} NaN samples (first at frame {first})"))
     if inf:

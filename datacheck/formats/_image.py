@@ -1,11 +1,14 @@
-"""Image files (``.jpg .jpeg .png .webp .bmp .gif .tif .tiff``), each one fully decoded.
+"""Image files (every raster format Pillow writes and reads: :data:`IMAGE_EXTS`), each one
+fully decoded.
 
 A truncated JPEG passes a header check and ``Image.verify()``: only a full decode (``load()``)
 finds it, so every image is decoded, the way a DataLoader worker would.  PNGs are also verified
 first, since Pillow's decoder does not check the chunk CRCs.  An image that does not decode is
 a ``corrupt`` file (the decoder's one-line reason, no traceback).  Every frame of an animation
 (GIF, multi-page TIFF, animated WebP, APNG) is decoded, one at a time: a damaged later frame is
-as ``corrupt`` as a damaged first one.
+as ``corrupt`` as a damaged first one.  Float frames (mode ``F``: float TIFF, PFM) are checked
+for NaN and Inf pixels.  Uncompressed pixel rows that run past the end of the file are
+``corrupt`` before anything is allocated (Pillow would allocate the image, then fail).
 
 The schema's ``images:`` rules (:mod:`datacheck.schema._media`) are checked from the header
 before any pixel is decoded: ``max_pixels`` (on by default) refuses decompression bombs without
@@ -37,7 +40,13 @@ from datacheck.schema._media import ImageRules, MediaSchema
 
 __all__ = ["IMAGE_EXTS", "DecodeError", "ImageFormat", "Problem", "check_image", "read_bytes"]
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+IMAGE_EXTS = (
+    *(".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".apng", ".webp", ".bmp", ".dib", ".gif"),
+    *(".tif", ".tiff", ".ico", ".ppm", ".pgm", ".pbm", ".pnm", ".pfm", ".tga", ".jp2", ".j2k"),
+    *(".avif", ".qoi", ".pcx", ".sgi", ".dds", ".icns", ".mpo"),
+)
+"""Raster formats Pillow both writes and reads (by their usual extensions): PFM and float
+TIFF hold float pixels, checked for NaN and Inf."""
 MAX_IMAGE_BYTES = 1 << 30
 """Largest encoded image read into memory."""
 IMAGE_KEY = "image"
@@ -135,6 +144,7 @@ def _decode(image: Any, data: bytes, rules: ImageRules) -> list[Problem]:
     im = image.open(io.BytesIO(data))
     try:
         size = im.size
+        _raw_data_in_file(im, len(data))
         if (bomb := rules.bomb(size)) is not None:
             return [Problem("schema", Severity.ERROR, bomb)]
         problem = rules.header_problem(im.mode, size)
@@ -147,11 +157,42 @@ def _decode(image: Any, data: bytes, rules: ImageRules) -> list[Problem]:
         out = [Problem("schema", Severity.ERROR, problem)] if problem else []
         if rules.constant and _constant(im):
             out.append(Problem("constant", Severity.WARNING, "every pixel has one value"))
-        if frames > 1 and (bomb := _later_frames(im, frames, rules)) is not None:
-            out.append(Problem("schema", Severity.ERROR, bomb))
+        out.extend(_float_pixels(im, None))
+        if frames > 1:
+            out.extend(_later_frames(im, frames, rules, len(data)))
         return out
     finally:
         im.close()
+
+
+def _raw_data_in_file(im: Any, size: int) -> None:
+    """Refuse a frame whose uncompressed pixel rows (Pillow's ``raw`` tiles: BMP, TIFF, PPM,
+    TGA, ...) run past the end of the file, before anything is allocated: Pillow would make
+    the whole image, then fail with "image file is truncated" (a 57-byte BMP declaring
+    151 M pixels, above the bomb guard's limit but below Pillow's own, is that: ``corrupt``).
+
+    Each row holds at least a bit per pixel, and rows are ``stride`` bytes apart, so a tile
+    needs at least ``stride * (rows - 1) + ceil(width / 8)`` bytes from its offset: less than
+    that in the file and Pillow's decoder cannot finish it.
+
+    Raises:
+        OSError: the pixel data cannot be in the file.
+    """
+    for tile in getattr(im, "tile", None) or ():
+        codec, extents, offset, args = tuple(tile)[:4]
+        if codec != "raw" or not extents:
+            continue
+        w, h = extents[2] - extents[0], extents[3] - extents[1]
+        stride = args[1] if isinstance(args, tuple) and len(args) > 1 else 0
+        row = (w + 7) // 8
+        if w <= 0 or h <= 0:
+            continue
+        need = max(int(stride or 0), row) * (h - 1) + row
+        if offset + need > size:
+            raise OSError(
+                f"image file is truncated: {w}x{h} uncompressed pixels need at least {need} "
+                f"bytes from byte {offset}, the file has {size}"
+            )
 
 
 def _png_crcs(data: bytes) -> None:
@@ -196,24 +237,49 @@ def _frames_bomb(im: Any, frames: int, rules: ImageRules) -> str | None:
     return rules.frames_bomb(frames, frames * w * h)
 
 
-def _later_frames(im: Any, frames: int, rules: ImageRules) -> str | None:
-    """Decode every frame after the first, one at a time; why the rest is refused, or None.
+def _later_frames(im: Any, frames: int, rules: ImageRules, data_size: int) -> list[Problem]:
+    """Decode every frame after the first, one at a time: NaN/Inf in float frames, and why
+    the rest is refused when a frame breaks the bomb guard.
 
     Each frame is held to ``max_pixels`` and all together to the frame budget again as they
     come (a TIFF's pages each have their own size)."""
     total = im.size[0] * im.size[1]
+    out: list[Problem] = []
     for i in range(1, frames):
         try:
             im.seek(i)
+            _raw_data_in_file(im, data_size)
             if (bomb := rules.bomb(im.size)) is not None:
-                return f"frame {i}: {bomb}"
+                return [*out, Problem("schema", Severity.ERROR, f"frame {i}: {bomb}")]
             total += im.size[0] * im.size[1]
             if (bomb := rules.frames_bomb(i + 1, total)) is not None:
-                return f"frame {i}: {bomb}"
+                return [*out, Problem("schema", Severity.ERROR, f"frame {i}: {bomb}")]
             im.load()
         except _DECODE_ERRORS as exc:
             raise DecodeError(f"frame {i} of {frames}: {_reason(exc)}") from None
-    return None
+        out.extend(_float_pixels(im, i))
+    return out
+
+
+def _float_pixels(im: Any, frame: int | None) -> list[Problem]:
+    """NaN and Inf pixels of a decoded float frame (mode ``F``: a float TIFF, a PFM depth or
+    disparity map): integer modes cannot hold them."""
+    if im.mode != "F":
+        return []
+    import numpy as np
+
+    px = np.asarray(im)
+    where = "" if frame is None else f"frame {frame}, "
+    out = []
+    for check, bad in (("nan", np.isnan(px)), ("inf", np.isinf(px))):
+        if (n := int(bad.sum())) == 0:
+            continue
+        y, x = (int(v) for v in np.argwhere(bad)[0])
+        what = "NaN" if check == "nan" else "Inf"
+        out.append(
+            Problem(check, Severity.ERROR, f"{n} {what} pixels ({where}first at x={x}, y={y})")
+        )
+    return out
 
 
 def _constant(im: Any) -> bool:
