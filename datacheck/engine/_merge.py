@@ -143,16 +143,19 @@ def _dtype_kind(dtype: str, fmt: str) -> str | None:
     return dtype
 
 
+_WIDTH = re.compile(r"(?<![a-z0-9])((?:u?int|float|fp|bf|[iuf])(?:8|16|32|64|128))(?![0-9])", re.I)
+"""A dtype named in a file name (``int8``, ``f32``, ``i64be``, ``fp16``): files that differ
+there differ in dtype by design, so its digits are no shard index."""
+
+
 def _name_pattern(path: str, root: str) -> str:
-    """A shard's path under its input root with every run of digits as ``#``:
-    ``day=2024-01-02/part-00003.parquet`` -> ``day=#-#-#/part-#.parquet``."""
+    """A shard's path under its input root with every run of digits as ``#``, except the
+    width of a dtype named in it: ``day=2024-01-02/part-00003.parquet`` ->
+    ``day=#-#-#/part-#.parquet``; ``emb_fp16-0007.npy`` -> ``emb_fp16-#.npy``."""
     rel = path[len(root) :] if root and path.startswith(root) else path.rsplit("/", 1)[-1]
-    return re.sub(r"\d+", "#", rel.lstrip("/"))
+    parts = _WIDTH.split(rel.lstrip("/"))  # odd items: the dtype names, kept as they are
+    return "".join(p if i % 2 else re.sub(r"\d+", "#", p) for i, p in enumerate(parts))
 
-
-_DEFAULT_KEY = re.compile(r"tensor|arr_\d+|\d+(?:\.\d+)*")
-"""Keys a writer gives arrays it was not told names of: a ``.npy`` or bare tensor
-(``tensor``), ``np.savez(f, a, b)`` (``arr_0``), a ``.pt`` list (``0``, ``0.1``)."""
 
 Shapes = Mapping[str, Sequence[int] | None]
 """A tensor file's key -> shape past the sample axis (None: a 0-d value)."""
@@ -160,19 +163,15 @@ Shapes = Mapping[str, Sequence[int] | None]
 
 def _group_keys(e: dict[str, Any], root: str, shapes: Shapes | None) -> list[tuple[Any, ...]]:
     """What makes files shards of one dataset.  A table: its name pattern, or its column
-    names.  Tensor files: the same keys holding arrays of the same shape past the sample
-    axis, and either the name pattern or keys that are names (``images``/``labels``), not a
-    writer's defaults (``tensor``, ``arr_0``): two ``.npy`` files side by side are two arrays
-    unless they are named alike and shaped alike (``part-00001.npy``, ``part-00002.npy``)."""
+    names.  Tensor files: the name pattern, and the same keys holding arrays of the same
+    shape past the sample axis.  Two ``.npy`` files side by side (``images.npy``,
+    ``labels.npy``: both hold the one key ``tensor``) are two arrays; ``part-00001.npy`` and
+    ``part-00002.npy`` holding ``(n, 3, 32, 32)`` arrays are shards of one."""
     name = (root, e["format"], "name", _name_pattern(e["path"], root))
-    columns = tuple(sorted(e["columns"]))
     if shapes is None:
-        return [name, (root, e["format"], "columns", columns)]
+        return [name, (root, e["format"], "columns", tuple(sorted(e["columns"])))]
     sig = tuple((k, tuple(v) if v is not None else None) for k, v in sorted(shapes.items()))
-    keys: list[tuple[Any, ...]] = [(*name, sig)]
-    if not all(_DEFAULT_KEY.fullmatch(k) for k in columns):
-        keys.append((root, e["format"], "keys", sig))
-    return keys
+    return [(*name, sig)]
 
 
 def dataset_groups(
