@@ -1,7 +1,9 @@
 """NumPy files: ``.npy`` (memory-mapped, read a few MiB of samples at a time) and ``.npz``.
 
-``.npy`` is opened with ``np.load(mmap_mode="r", allow_pickle=False)``; pages already checked
-are dropped from the process (``madvise``) so RSS stays bounded on files larger than memory.
+``.npy`` is opened with ``np.load(mmap_mode="r", allow_pickle=False)`` (C or Fortran order);
+pages already checked are dropped from the process (``madvise``) so RSS stays bounded on files
+larger than memory.  An array of records (a structured dtype) is checked field by field: a key
+per numeric field (``x``, ``pos.x`` nested; ``member.x`` in an ``.npz``), strings never read.
 ``.npz`` members are streamed out of the zip (compressed or not) without extracting anything:
 each member's declared size must match what its ``.npy`` header describes, and a compressed
 member may not claim to inflate far beyond its compressed size (zip bomb guard).
@@ -29,6 +31,7 @@ from datacheck.formats._tensor_common import (
     npy_data_bytes,
     opened,
     read_npy_header,
+    record_sources,
     release_pages,
     sample_view,
 )
@@ -74,8 +77,11 @@ class NpyFormat(Format):
             arr = np.empty(shape, dtype)
         else:
             arr = np.load(unit.path, mmap_mode="r", allow_pickle=False)
+        release = _memmap_release(arr) if arr.flags.c_contiguous else None
+        if dtype.names is not None:  # records: a key per numeric field
+            return opened(record_sources(None, shape, dtype, sample_view(arr)), release)
         src = Source(SINGLE_KEY, shape, dtype.name, dtype.itemsize, sample_view(arr))
-        return opened([src], _memmap_release(arr) if arr.flags.c_contiguous else None)
+        return opened([src], release)
 
     def write_without(
         self, path: str, dest: str, drop: np.ndarray, options: Mapping[str, Any]
@@ -255,6 +261,9 @@ class NpzFormat(Format):
                 continue
             reader = _MemberReader(zf, info, memory_budget(options) * MEMORY_SHARE)
             dt = reader.dtype
+            if dt.names is not None:  # records: a key per numeric field, member.field
+                sources.extend(record_sources(key, reader.shape, dt, reader.read))
+                continue
             sources.append(Source(key, reader.shape, dt.name, dt.itemsize, reader.read))
         check_unique([s.key for s in sources], "npz")
         return opened(sources, close=zf.close)
