@@ -1,4 +1,5 @@
-"""Audio files (``.wav .flac .ogg .mp3``, as far as libsndfile decodes them), fully decoded.
+"""Audio files (``.wav .flac .ogg .opus .mp3 .aiff``, as far as libsndfile decodes them), fully
+decoded.
 
 Every frame is decoded (``soundfile``, a thin binding to libsndfile), a block at a time.  Float
 PCM (WAV ``FLOAT``/``DOUBLE``) is checked for NaN and Inf like any tensor; integer PCM cannot
@@ -27,7 +28,7 @@ from datacheck.formats._tensor_common import SampleChunk
 
 __all__ = ["AUDIO_EXTS", "AudioFormat", "check_audio"]
 
-AUDIO_EXTS = (".wav", ".flac", ".ogg", ".mp3")
+AUDIO_EXTS = (".wav", ".flac", ".ogg", ".opus", ".mp3", ".aiff", ".aif")
 AUDIO_KEY = "audio"
 _BLOCK = 1 << 16
 _FLOAT_SUBTYPES = ("FLOAT", "DOUBLE")

@@ -35,6 +35,7 @@ import numpy as np
 from datacheck.findings import Finding
 from datacheck.formats import Chunk, Format, Opened, WorkUnit, memory_budget, mib
 from datacheck.formats._tensor_common import (
+    CHUNK_BYTES,
     NUMERIC_KINDS,
     SampleChunk,
     Source,
@@ -334,6 +335,13 @@ def _then_fail(base: Opened, error: Exception) -> Opened:
     return Opened(base.columns, chunks(), expected_rows=None, extra=base.extra)
 
 
+def _read_at_once(ds: Any) -> bool:
+    """True when the whole dataset comes in one slice of samples (its bytes fit a chunk of
+    the scan), so no chunk is decoded twice: PyTables' blosc2 declares chunks of ~500 MB
+    for a 40-row table, and a cache sized for one held it beside HDF5's own buffer."""
+    return math.prod(ds.shape) * ds.id.get_type().get_size() <= CHUNK_BYTES // 4
+
+
 def _chunk_cached(fh: Any, name: str, budget: float) -> Any:
     """``ds`` reopened with a chunk cache that holds a row of its chunks (all the chunks one
     slice of samples crosses): HDF5's default 1 MiB cache re-inflated a 256 MiB chunk for
@@ -350,8 +358,8 @@ def _chunk_cached(fh: Any, name: str, budget: float) -> Any:
             "may decode at once (raise --unit-memory-mb to read it)"
         )
     across = math.prod(-(-n // c) for n, c in zip(shape[1:], chunks[1:], strict=True))
-    if chunk * across <= 1 << 20:
-        return ds  # the default cache holds it
+    if chunk * across <= 1 << 20 or _read_at_once(ds):
+        return ds  # the default cache holds it, or each chunk is decoded once anyway
     del ds  # closed, so that the dataset opens again with its own cache
     dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
     dapl.set_chunk_cache(
