@@ -76,7 +76,9 @@ def _h5() -> Any:
 
 def _plan(name: str, ds: Any) -> _Plan:
     """How to read ``ds`` (never raises for a type h5py cannot map: that is a label)."""
-    shape = tuple(int(d) for d in ds.shape) if ds.shape is not None else ()
+    if ds.shape is None:  # a null dataspace (h5py.Empty): an attribute-like marker, no values
+        return _Plan(name, (), None, label="empty (a null dataspace: no values)")
+    shape = tuple(int(d) for d in ds.shape)
     if bool(getattr(ds, "external", None)) or bool(getattr(ds, "is_virtual", False)):
         return _Plan(name, shape, None, label="external (not read)")
     try:
@@ -86,8 +88,20 @@ def _plan(name: str, ds: Any) -> _Plan:
     if dt.names is not None:
         return _Plan(name, shape, _numeric_only(dt), label=str(dt)[:200])
     if dt.kind not in NUMERIC_KINDS:
-        return _Plan(name, shape, None, label=str(dt))
+        return _Plan(name, shape, None, label=_listed_label(dt))
     return _Plan(name, shape, dt)
+
+
+def _listed_label(dt: np.dtype) -> str:
+    """The dtype shown for a dataset listed, not read (strings, references, ragged rows)."""
+    h5py = _h5()
+    if (base := h5py.check_vlen_dtype(dt)) is not None and base not in (str, bytes):
+        return f"vlen {np.dtype(base).name} (ragged rows: not read)"
+    if h5py.check_string_dtype(dt) is not None:
+        return "string"
+    if h5py.check_ref_dtype(dt) is not None:
+        return "reference"
+    return str(dt)
 
 
 def _numeric_only(dt: np.dtype) -> np.dtype | None:

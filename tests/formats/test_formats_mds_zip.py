@@ -176,5 +176,6 @@ def test_keep_zip_cache_is_read_once_from_the_raw_shard(tmp_path: Path) -> None:
     ]
     reasons = {Path(p).name: why for p, why in report.data["ignored_why"].items()}
     assert reasons == {
-        "shard.00000.mds.zstd": "the compressed copy of shard.00000.mds, which is read"
+        "index.json": "the metadata of the dataset beside it, read with its data files",
+        "shard.00000.mds.zstd": "the compressed copy of shard.00000.mds, which is read",
     }
