@@ -6,6 +6,7 @@ blosc, blosc2: the last three are filters h5py does not build in, read through h
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -241,11 +242,20 @@ def test_pytables_time_columns_and_h5py_complex(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_pytables_own_blosc2_chunks_are_decoded_once_in_bounded_memory(tmp_path: Path) -> None:
     """PyTables' default blosc2 layout: ~500 MB decoded per chunk of a 40-row table.  Each
-    chunk is decoded once, without a chunk cache beside HDF5's own buffer (1.5 GB peak
-    before, 0.56 GB after; PyTables itself peaks at 0.53 GB)."""
+    chunk is decoded once, with HDF5's default cache (no cache sized for a chunk beside HDF5's
+    own buffer: 1.5 GB peak before; 0.56-0.93 GB now, as HDF5 keeps freed chunk buffers for
+    reuse; PyTables itself peaks at 0.53 GB)."""
+    from datacheck.formats._tensor_hdf5 import _chunk_cached
+
     path = pytables_file(tmp_path / "b2.h5", PT_FILTERS["blosc2_zstd"], np.nan, small_chunks=False)
     with h5py.File(path) as f:
-        assert f["samples"].chunks[0] * f["samples"].dtype.itemsize > 256 << 20
+        for name in ("samples", "emb", "mask"):
+            ds = f[name]
+            assert math.prod(ds.chunks) * ds.id.get_type().get_size() > 256 << 20
+            default = ds.id.get_access_plist().get_chunk_cache()  # HDF5's own
+            assert (
+                _chunk_cached(f, name, 1 << 30).id.get_access_plist().get_chunk_cache() == default
+            )
     code = (
         "import datacheck, resource, json\n"
         f"r = datacheck.scan({str(path)!r}, out={str(tmp_path / 'out')!r}, executor='inprocess')\n"
@@ -255,7 +265,7 @@ def test_pytables_own_blosc2_chunks_are_decoded_once_in_bounded_memory(tmp_path:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     counts, peak_mb = json.loads(proc.stdout)
     assert counts == {"nan": 2}
-    assert peak_mb < 900, peak_mb
+    assert peak_mb < 1200, peak_mb
 
 
 def test_every_kind_of_h5py_dataset_is_read_or_listed_with_what_it_is(tmp_path: Path) -> None:
