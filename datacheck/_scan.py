@@ -348,6 +348,8 @@ def scan(
         progress.start(units)
     preload = format_modules({u.format for u in todo})
     options = config.run_options()
+    if config.executor == "distributed" or "scheduler" in options or "client" in options:
+        options["fetch_dir"] = str(parts)  # parts a remote worker could not write here
     if any(_storage.in_this_process_only(u.path) for u in todo):
         options["isolate"] = False  # memory:// lives here: no worker could read it
     running = run_units(

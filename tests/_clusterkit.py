@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,6 +19,16 @@ import pyarrow.parquet as pq
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 DASK = str(Path(sys.executable).with_name("dask"))
+
+
+def can_hide_folders() -> bool:
+    """Whether workers can be given a mount namespace of their own (root, util-linux)."""
+    try:
+        probe = ["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs"]
+        done = subprocess.run([*probe, "none", "/mnt"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def free_port() -> int:
@@ -61,7 +72,15 @@ def _pythonpath() -> str:
 class DaskCluster:
     """``dask scheduler`` + ``dask worker`` subprocesses on 127.0.0.1, torn down on exit."""
 
-    def __init__(self, workers: int = 2, allowed_failures: int = 1) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        allowed_failures: int = 1,
+        hide: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``hide``: a folder the workers do not see (an empty tmpfs over it in their own mount
+        namespace): a cluster without the client's filesystem there."""
+        self.hide = str(hide) if hide is not None else None
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.n_workers = workers
@@ -73,11 +92,15 @@ class DaskCluster:
         }
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def _spawn(self, *args: str, log: str) -> None:
+    def _spawn(self, *args: str, log: str, hidden: bool = False) -> None:
+        cmd = [DASK, *args]
+        if hidden and self.hide is not None:
+            mount = f'mount -t tmpfs none {shlex.quote(self.hide)} && exec "$@"'
+            cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "-", *cmd]
         with open(log, "wb") as fh:  # the child keeps its own copy of the descriptor
             self.procs.append(
                 subprocess.Popen(
-                    [DASK, *args],
+                    cmd,
                     env=self.env,
                     stdout=fh,
                     stderr=subprocess.STDOUT,
@@ -114,6 +137,7 @@ class DaskCluster:
                 "--preload",
                 "_poison_format",
                 log=f"{self.logs}/worker{i}.log",
+                hidden=True,
             )
         self.wait_for_workers()
         return self

@@ -66,6 +66,20 @@ class UnitResult:
     shapes: dict[str, list[int] | None] | None = None
     """Tensor files: each key's shape past the sample axis (None for a 0-d value), which tells
     the shards of one array from arrays that only sit side by side."""
+    part_on_worker: bool = False
+    """``part_file`` is on the worker that ran the unit, which could not see the output folder
+    (a cluster without a shared filesystem): the executor brings it over
+    (:class:`datacheck.execute.WorkerFiles`)."""
+
+    def worker_files(self) -> list[str]:
+        """Files on the worker that the client must fetch (the findings' part)."""
+        return [self.part_file] if self.part_on_worker and self.part_file else []
+
+    def localised(self, moved: dict[str, str]) -> UnitResult:
+        """This result with its worker files replaced by the client's copies."""
+        if self.part_file in moved:
+            self.part_file, self.part_on_worker = moved[self.part_file], False
+        return self
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The field values in order, not a dict naming each: a worker sends one result per
@@ -110,6 +124,8 @@ class _Collector:
         "_parts_checked",
         "_parts_dir",
         "counts",
+        "fallback",
+        "spills",
         "held",
         "key",
         "nulls",
@@ -132,6 +148,10 @@ class _Collector:
         dataset never write a part)."""
         self.key = key
         self.part: fnd.PartWriter | None = None
+        self.spills = parts_dir is not None
+        """Whether findings past :data:`SPILL_ROWS` go to a part (the scan gave a folder)."""
+        self.fallback: str | None = None
+        """Where parts go when this worker cannot see ``parts_dir`` (its own temp folder)."""
         self.nulls: dict[str, int] = {}
         """Null rows per column a null rule applies to (a column all or mostly null is a
         finding of its own, once the file's units are merged)."""
@@ -153,13 +173,17 @@ class _Collector:
     def _add(self, table: pa.Table) -> None:
         self.tables.append(table)
         self.held += table.num_rows
-        if self.held >= SPILL_ROWS and self.parts_dir is not None:
+        if self.held >= SPILL_ROWS and self.spills:
             self.spill()
 
     def spill(self) -> None:
-        """Write the findings held so far to the part file."""
+        """Write the findings held so far to the part file: in ``parts_dir``, or, on a worker
+        that cannot see it, in a folder of the worker's own, fetched by the executor."""
         if self.part is None:
-            self.part = fnd.PartWriter(self.parts_dir or "", self.key)
+            folder = self.parts_dir
+            if folder is None:
+                folder = self.fallback = worker_parts_dir()
+            self.part = fnd.PartWriter(folder, self.key)
         self.part.write(fnd.concat(self.tables))
         self.tables, self.held = [], 0
 
@@ -476,6 +500,15 @@ def _unreadable_name(unit: WorkUnit, shown: str, start: float, parts_dir: str | 
     return res
 
 
+def worker_parts_dir() -> str:
+    """A folder of this worker process's own for parts the client will fetch."""
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"datacheck-parts-{os.getpid()}")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
 def _finish(res: UnitResult, col: _Collector) -> None:
     res.counts = col.counts
     res.sites = col.sites
@@ -484,13 +517,15 @@ def _finish(res: UnitResult, col: _Collector) -> None:
         col.spill()
         res.findings_rows = col.part.rows
         res.part_file = col.part.close()
+        res.part_on_worker = col.fallback is not None
         return
     if not col.tables:  # most units of a clean dataset (one per image): no table to build
         return
     table = fnd.concat(col.tables)
     res.findings_rows = table.num_rows
-    # A worker that cannot see parts_dir (remote cluster, no shared filesystem) sends the
-    # findings back with the result; the client's journal spills them to a part on arrival.
+    # A worker that cannot see parts_dir (remote cluster, no shared filesystem) sends a few
+    # findings (under SPILL_ROWS) back with the result; the client's journal writes them to a
+    # part on arrival.  More were spilled to the worker's own folder (above), fetched from it.
     parts_dir = col.parts_dir
     if parts_dir is None or table.num_rows == 0:
         res.table = table if table.num_rows else None

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from datacheck.errors import UsageError
-from datacheck.execute._base import OnPoison, Unit, UnitFn, call_after_import
+from datacheck.execute._base import OnPoison, Unit, UnitFn, WorkerFiles, call_after_import
 from datacheck.execute._local import default_workers, run_inprocess, run_processes
 from datacheck.execute._workers import prestart as _prestart
 
@@ -24,6 +24,7 @@ __all__ = [
     "EXECUTOR_NAMES",
     "OnPoison",
     "UnitFn",
+    "WorkerFiles",
     "check_executor",
     "default_workers",
     "prestart",

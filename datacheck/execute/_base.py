@@ -3,13 +3,15 @@
 An executor runs ``fn(unit)`` for every unit and yields the results as they finish.  When a
 unit cannot be run at all (it crashed every process that read it), the executor yields
 ``on_poison(unit, message)`` instead; what that result looks like is the caller's business.
+A result may name files it left on the worker that made it (:class:`WorkerFiles`); an
+executor whose workers do not share the caller's filesystem brings them over.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 BATCH_UNITS = 64
 """Most small units sent to a worker as one job (one message each way): a JPEG is a millisecond
@@ -26,6 +28,21 @@ class Unit(Protocol):
 
     @property
     def n_parts(self) -> int: ...
+
+
+@runtime_checkable
+class WorkerFiles(Protocol):
+    """A result that names files written on the worker that made it, too large to send back
+    with it (a unit's findings, a part at a time): the executor copies them to the caller's
+    side, removes them from the worker and hands the caller ``localised(moved)``."""
+
+    def worker_files(self) -> list[str]:
+        """Paths on the worker (none: nothing to fetch)."""
+        ...
+
+    def localised(self, moved: dict[str, str]) -> Any:
+        """This result with each worker path replaced by the local copy in ``moved``."""
+        ...
 
 
 UnitFn = Callable[[Any], Any]

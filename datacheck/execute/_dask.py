@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -33,10 +35,10 @@ from functools import partial
 from typing import Any
 
 import dask
-from distributed import Client, Future, KilledWorker, LocalCluster, as_completed
+from distributed import CancelledError, Client, Future, KilledWorker, LocalCluster, as_completed
 
 from datacheck.errors import UsageError
-from datacheck.execute._base import OnPoison, batches
+from datacheck.execute._base import OnPoison, WorkerFiles, batches
 
 __all__ = ["run_distributed"]
 
@@ -122,8 +124,14 @@ def run_distributed(
     allowed_failures: int = ALLOWED_FAILURES,
     echo: Callable[[str], None] = _stderr,
     on_poison: OnPoison,
+    fetch_dir: str | None = None,
 ) -> Iterator[Any]:
     """Run ``fn`` over ``units`` on a dask cluster, yielding results as tasks finish.
+
+    A result that names files on its worker (:class:`~datacheck.execute.WorkerFiles`: the
+    worker could not see the caller's output folder) has them copied into ``fetch_dir``
+    :data:`FETCH_BYTES` at a time, by tasks pinned to that worker, then removed there; if the
+    worker is gone before that, its unit runs again.
 
     Args:
         fn: the picklable unit function (workers must be able to import datacheck).
@@ -136,6 +144,7 @@ def run_distributed(
             a running scheduler uses its own ``distributed.scheduler.allowed-failures``.
         echo: where the dashboard link goes (stderr by default).
         on_poison: builds the result of a unit that killed every worker that read it.
+        fetch_dir: where worker files are copied to (default: a temporary folder).
 
     Raises:
         Exception: whatever a task raised after its retries (a bug, not bad data).
@@ -143,7 +152,16 @@ def run_distributed(
     if client is not None and scheduler is not None:
         raise ValueError("pass either client= or scheduler=, not both")
     return _results(
-        fn, list(units), workers, client, scheduler, retries, allowed_failures, echo, on_poison
+        fn,
+        list(units),
+        workers,
+        client,
+        scheduler,
+        retries,
+        allowed_failures,
+        echo,
+        on_poison,
+        fetch_dir,
     )
 
 
@@ -157,6 +175,7 @@ def _results(
     allowed_failures: int,
     echo: Callable[[str], None],
     on_poison: OnPoison,
+    fetch_dir: str | None,
 ) -> Iterator[Any]:
     if not units:
         return
@@ -176,30 +195,102 @@ def _results(
         batch_of = dict(zip(keys, planned, strict=True))
         running = as_completed(futures, loop=c.loop)
         try:
+
+            def again(i: int, why: str) -> None:
+                key = f"datacheck-units-{token}-{i}-{why}-{uuid.uuid4().hex[:6]}"
+                batch_of[key] = [i]
+                one = c.submit(run_batch, fn, [units[i]], key=key, retries=retries, pure=False)
+                futures.append(one)
+                running.add(one)
+
             for fut in running:
                 batch = batch_of.pop(fut.key)
                 try:
-                    yield from fut.result()
+                    address, results = fut.result()
                 except KilledWorker as exc:
                     if len(batch) == 1:
                         yield _poison(exc, units[batch[0]], on_poison)
                     else:  # split: the units run one per task, the poison one alone
                         for i in batch:
-                            key = f"datacheck-units-{token}-{i}-1"
-                            batch_of[key] = [i]
-                            one = c.submit(
-                                run_batch, fn, [units[i]], key=key, retries=retries, pure=False
-                            )
-                            futures.append(one)
-                            running.add(one)
+                            again(i, "alone")
+                    fut.release()
+                    continue
                 fut.release()
+                for i, res in zip(batch, results, strict=True):
+                    try:
+                        yield _localise(c, address, res, fetch_dir)
+                    except _WorkerGone:  # its files went with it: the unit runs again
+                        again(i, "refetch")
         finally:
             c.cancel([f for f in futures if not f.done()])
 
 
-def run_batch(fn: Callable[[Any], Any], units: list[Any]) -> list[Any]:
-    """One task: ``fn`` over a few units, in order."""
-    return [fn(unit) for unit in units]
+def run_batch(fn: Callable[[Any], Any], units: list[Any]) -> tuple[str, list[Any]]:
+    """One task: ``fn`` over a few units, in order, and the address of the worker it ran on
+    (where any files its results name are)."""
+    from distributed import get_worker
+
+    try:
+        address = get_worker().address
+    except ValueError:  # not on a worker (dask's synchronous scheduler)
+        address = ""
+    return address, [fn(unit) for unit in units]
+
+
+FETCH_BYTES = 8 << 20
+"""Bytes of a worker file copied per task: the client holds one such piece at a time."""
+
+
+FETCH_TIMEOUT_S = 300
+"""A piece not read within this time: its worker is taken for gone (a task pinned to a worker
+that left waits for it forever)."""
+
+
+class _WorkerGone(Exception):
+    """The worker holding a result's files left before they were copied."""
+
+
+def _read_piece(path: str, offset: int, size: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(size)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def _localise(c: Client, address: str, res: Any, fetch_dir: str | None) -> Any:
+    """``res`` with the files it left on its worker copied here, a piece at a time."""
+    files = res.worker_files() if isinstance(res, WorkerFiles) else []
+    if not files or not address:
+        return res
+    if address not in c.scheduler_info().get("workers", {}):
+        raise _WorkerGone(address)
+    folder = fetch_dir or tempfile.mkdtemp(prefix="datacheck-fetched-")
+    moved: dict[str, str] = {}
+    pinned = {"workers": [address], "allow_other_workers": False, "pure": False}
+    for path in files:
+        dest = os.path.join(folder, os.path.basename(path))
+        tmp = dest + ".fetching"
+        try:
+            with open(tmp, "wb") as out:
+                offset = 0
+                while True:
+                    task = c.submit(_read_piece, path, offset, FETCH_BYTES, **pinned)
+                    piece = task.result(timeout=FETCH_TIMEOUT_S)
+                    if not piece:
+                        break
+                    out.write(piece)
+                    offset += len(piece)
+        except (KilledWorker, OSError, CancelledError, TimeoutError) as exc:
+            _remove(tmp)
+            raise _WorkerGone(address) from exc
+        os.replace(tmp, dest)
+        c.submit(_remove, path, **pinned)  # no need to wait
+        moved[path] = dest
+    return res.localised(moved)
 
 
 def _poison(exc: KilledWorker, unit: Any, on_poison: OnPoison) -> Any:

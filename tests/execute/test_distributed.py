@@ -16,7 +16,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _clusterkit import DaskCluster, comparable, manifest
+from _clusterkit import DaskCluster, can_hide_folders, comparable, manifest
 
 import datacheck
 from datacheck.engine._journal import JOURNAL
@@ -306,3 +306,36 @@ def test_workers_with_a_cluster_is_ignored_with_a_warning() -> None:
     with pytest.warns(UserWarning, match="workers=4 is ignored"):
         config = ScanConfig(scheduler="tcp://127.0.0.1:8786", workers=4)
     assert config.executor == "distributed"
+
+
+def test_workers_that_cannot_see_out_send_big_findings_a_piece_at_a_time(tmp_path: Path) -> None:
+    """Workers in their own mount namespace, with an empty tmpfs over OUT (a cluster without
+    a shared filesystem): a unit past the spill size writes its part in the worker's own temp
+    folder and the client copies it over in 8 MiB pieces, then removes it there; small units
+    send their findings with their result.  Report and manifest as a local scan's."""
+    if not can_hide_folders():
+        pytest.skip("needs unshare and mount (root) to give workers their own mount namespace")
+    from datacheck.engine._unit import SPILL_ROWS
+
+    data = tmp_path / "data"
+    data.mkdir()
+    big = np.full(SPILL_ROWS + 5_000, np.nan)
+    big[::3] = 1.0
+    pq.write_table(pa.table({"x": big, "y": big[::-1].copy()}), data / "big.parquet")
+    small = np.arange(100.0)
+    small[7] = np.inf
+    pq.write_table(pa.table({"x": small}), data / "small.parquet")
+    local = tmp_path / "local"
+    datacheck.scan(data, out=local, executor="inprocess")
+    out = tmp_path / "out"
+    out.mkdir()
+    before = set(Path("/tmp").glob("datacheck-parts-*/*.arrow"))
+    with DaskCluster(workers=2, hide=out) as cluster:
+        remote = datacheck.scan(data, out=out, scheduler=cluster.address)
+        deadline = time.monotonic() + 10  # the removal is not waited for
+        while set(Path("/tmp").glob("datacheck-parts-*/*.arrow")) - before:
+            assert time.monotonic() < deadline, "the worker's part was left behind"
+            time.sleep(0.1)
+    assert remote.summary["sites"]["nan"]["error"] > 2 * SPILL_ROWS // 3
+    assert comparable(out) == comparable(local)
+    assert manifest(out) == manifest(local)
