@@ -145,6 +145,7 @@ PUBLIC_FACES = {
         "EXECUTOR_NAMES",
         "OnPoison",
         "UnitFn",
+        "WorkerFiles",
         "check_executor",
         "default_workers",
         "prestart",
