@@ -27,7 +27,15 @@ from datacheck.engine._merge import (
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
 from datacheck.errors import UsageError
 from datacheck.execute import check_executor, default_workers, prestart, run_units
-from datacheck.formats import UNIT_MEMORY, _storage, estimated_work, format_modules
+from datacheck.formats import (
+    UNIT_MEMORY,
+    Format,
+    _storage,
+    ensure_registered,
+    estimated_work,
+    format_modules,
+    main_formats,
+)
 from datacheck.profile._drift import needs_profile, profile_findings
 from datacheck.report import FAIL_ON, MANIFEST, Report, write_report_json
 from datacheck.schema import CompiledSchema, load_schema
@@ -171,9 +179,12 @@ def _run_unit(
     sketch: bool = False,
     unit_memory: int | None = None,
     null_severity: str = "error",
+    formats: tuple[Format, ...] = (),
 ) -> UnitResult:
     """The picklable unit function: a schema given as a string is loaded once per worker;
-    ``unit_memory`` bounds what readers allocate (:func:`datacheck.formats.memory_budget`)."""
+    ``unit_memory`` bounds what readers allocate (:func:`datacheck.formats.memory_budget`);
+    ``formats`` are the script's own formats, which a fresh worker does not know."""
+    ensure_registered(formats)
     compiled = _schema_in_worker(schema, _mtime(schema)) if isinstance(schema, str) else schema
     options = {} if unit_memory is None else {UNIT_MEMORY: unit_memory}
     null = Severity(null_severity)
@@ -340,6 +351,7 @@ def scan(
         sketch=config.profile,
         unit_memory=None if config.unit_memory_mb is None else config.unit_memory_mb << 20,
         null_severity=config.null_severity,
+        formats=main_formats({u.format for u in todo}),
     )
     start = time.perf_counter()
     workers = config.workers or default_workers()

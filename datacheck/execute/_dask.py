@@ -66,13 +66,34 @@ def _local_cluster(workers: int, allowed_failures: int) -> LocalCluster:
         "distributed.worker.preload": [__name__],  # runs dask_setup in every (re)started worker
     }
     with dask.config.set(settings):
-        return LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",
-            silence_logs=logging.CRITICAL,  # teardown chatter; task errors surface as results
-        )
+        try:
+            return LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",
+                silence_logs=logging.CRITICAL,  # teardown chatter; task errors surface as results
+            )
+        except RuntimeError as exc:
+            script = _script()
+            if script is None:
+                raise
+            raise UsageError(
+                f"executor='distributed': dask could not start its local workers ({exc}): it "
+                f"starts them with multiprocessing's spawn, which runs {script} again in each, "
+                'and where its scan is not under `if __name__ == "__main__":` each worker '
+                "starts the scan again and dies. Put the scan under that guard, use executor='processes' (its workers "
+                "never run your script), or pass scheduler= the address of a running cluster"
+            ) from exc
+
+
+def _script() -> str | None:
+    """The script this process runs (``python train.py``), None otherwise (``-m``, a REPL)."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return None
+    path = getattr(main, "__file__", None)
+    return str(path) if path else None
 
 
 @contextlib.contextmanager

@@ -28,15 +28,11 @@ caller scanning folder after folder), so only the first scan pays for starting t
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 import pickle
 import signal
-import sys
-import threading
 import time
 import uuid
-import warnings
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -45,11 +41,11 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from datacheck.execute._base import OnPoison, Unit, UnitFn, batches
-from datacheck.execute._child import JOB, STARTED, UNIT, context, serve
+from datacheck.execute._child import JOB, STARTED, UNIT, context
+from datacheck.execute._launch import WorkerProcess, can_fork, start_worker
 
 __all__ = ["RemoteTraceback", "memory_limit", "prestart", "run_isolated", "unit_time_limit"]
 
-_SPAWN = mp.get_context("spawn")
 _IDLE: list[_Worker] = []
 """Healthy idle workers, kept for the next run in this process."""
 _MAX_IDLE = 64
@@ -119,16 +115,6 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.text}"""'
 
 
-def _start_method() -> Any:
-    """``fork`` while this process runs no other Python thread (a CLI scan: the worker starts
-    with everything imported, in milliseconds), else ``spawn`` (a notebook or a dask client:
-    another thread may hold a lock a forked child would inherit held).  Native helper threads
-    (OpenBLAS, jemalloc, Arrow's pools) re-initialise themselves in a forked child."""
-    if sys.platform == "linux" and threading.active_count() == 1:
-        return mp.get_context("fork")
-    return _SPAWN
-
-
 @dataclass
 class _Job:
     """Units sent to a worker as one message: their places in the run and time limits."""
@@ -148,24 +134,17 @@ class _Worker:
     others are queued behind it (the worker reads the next as soon as it sends results)."""
 
     def __init__(self, preload: tuple[str, ...]) -> None:
-        ctx = _start_method()
-        parent, child = ctx.Pipe()
-        self.progress: Any = ctx.RawArray("d", 3)
+        started = start_worker(preload)
+        self.proc: WorkerProcess = started.proc
+        self.progress: Any = started.progress
         """Job number, unit's place in it, start time: written by the worker before each unit."""
-        self.proc = ctx.Process(
-            target=serve, args=(child, preload, self.progress), daemon=True, name="datacheck-worker"
-        )
-        with warnings.catch_warnings():  # Python >= 3.12 warns about fork beside any thread
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.proc.start()
-        child.close()
         self.base_memory = 0
         """Anonymous memory the worker held between jobs (a forked worker shares its
         parent's pages): the memory limit counts what a job adds."""
         self.measured = {True: -math.inf, False: -math.inf}
         """When the base (True) and the memory in use (False) were last read: each at most
         every :data:`MEMORY_POLL_S` (/proc is read once per poll, not once per job)."""
-        self.conn: Connection = parent
+        self.conn: Connection = started.conn
         self.fn_token = ""
         self.jobs: deque[_Job] = deque()
         self.deadline = math.inf
@@ -284,7 +263,7 @@ def _take(n: int, preload: tuple[str, ...]) -> list[_Worker]:
 def prestart(preload: Sequence[str] = ()) -> None:
     """Start a worker now, importing ``preload``, unless one is idle: its start-up then
     overlaps whatever the caller does before running units (listing files, loading a schema)."""
-    if _start_method() is not _SPAWN:  # a forked worker starts at once, with all imported
+    if can_fork():  # a forked worker starts at once, with all imported
         return
     if not any(w.alive() for w in _IDLE):
         _IDLE.append(_Worker(tuple(preload)))
@@ -299,19 +278,21 @@ def _keep(idle: list[_Worker]) -> None:
 
 
 def _dumps(fn: UnitFn) -> bytes | None:
-    """``fn`` pickled for a worker; by value (cloudpickle) when it holds a lambda or a local
-    function (a pandera schema built in a notebook); None when neither can."""
-    try:
-        return pickle.dumps(fn)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        pass
+    """``fn`` pickled for a worker, by value where it lives in ``__main__`` or is a lambda or a
+    local function (a pandera schema built in a script or a notebook: a fresh worker never
+    runs the user's ``__main__``), by reference elsewhere (cloudpickle); None when it cannot."""
     try:
         import cloudpickle
     except ImportError:  # pragma: no cover - a dependency of datacheck
-        return None
-    try:
-        return bytes(cloudpickle.dumps(fn))
-    except Exception:  # noqa: BLE001 - e.g. a lock or an open file in a check's closure
+        cloudpickle = None
+    if cloudpickle is not None:
+        try:
+            return bytes(cloudpickle.dumps(fn))
+        except Exception:  # noqa: BLE001 - e.g. a lock or an open file in a check's closure
+            return None
+    try:  # pragma: no cover - without cloudpickle
+        return pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):  # pragma: no cover
         return None
 
 
@@ -418,7 +399,7 @@ def _collect(
     timeout = max(0.0, min(w.ends() for w in busy.values()) - now)
     if not math.isinf(memory):
         timeout = min(timeout, MEMORY_POLL_S)
-    sentinels = {w.proc.sentinel: w for w in busy.values()}
+    sentinels: dict[Any, _Worker] = {w.proc.sentinel: w for w in busy.values()}
     ready = wait([*busy, *sentinels], timeout=None if math.isinf(timeout) else timeout)
     for w in {busy[r] if r in busy else sentinels[r] for r in ready}:
         yield from _drain(w, busy, idle, todo, crashes, on_poison)

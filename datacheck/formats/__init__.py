@@ -35,8 +35,10 @@ __all__ = [
     "WorkUnit",
     "detect",
     "estimated_work",
+    "ensure_registered",
     "format_modules",
     "get_format",
+    "main_formats",
     "memory_budget",
     "register",
 ]
@@ -281,6 +283,22 @@ def format_modules(names: Iterable[str]) -> tuple[str, ...]:
     _ensure_loaded()
     mods = {type(_REGISTRY[n]).__module__ for n in names if n in _REGISTRY}
     return tuple(sorted(m for m in mods if not m.startswith("datacheck.") and m != "__main__"))
+
+
+def main_formats(names: Iterable[str]) -> tuple[Format, ...]:
+    """The formats among ``names`` defined in the ``__main__`` module (a script's own): a
+    worker that never runs that script gets them by value (:func:`ensure_registered`)."""
+    _ensure_loaded()
+    return tuple(
+        _REGISTRY[n] for n in sorted(names) if type(_REGISTRY.get(n)).__module__ == "__main__"
+    )
+
+
+def ensure_registered(fmts: Iterable[Format]) -> None:
+    """Register each of ``fmts`` unless a format of that name is already registered."""
+    for fmt in fmts:
+        if fmt.name not in _REGISTRY:
+            register(fmt)
 
 
 UNIT_MEMORY = "unit_memory"

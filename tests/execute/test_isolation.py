@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -13,10 +14,22 @@ import pytest
 
 import datacheck
 from datacheck.errors import UsageError
-from datacheck.execute import run_units
+from datacheck.execute import _launch, _workers, run_units
 from datacheck.execute._base import BATCH_BYTES, batches
 from datacheck.execute._workers import RemoteTraceback, memory_limit, unit_time_limit
 from datacheck.formats import WorkUnit
+
+
+@pytest.fixture(params=["forked", "fresh"])
+def worker_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Workers forked, or fresh interpreters (what a process with other threads starts)."""
+    for w in _workers._IDLE:
+        w.kill()
+    _workers._IDLE.clear()
+    forks = request.param == "forked"
+    monkeypatch.setattr(_launch, "can_fork", lambda: forks)
+    monkeypatch.setattr(_workers, "can_fork", lambda: forks)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -29,7 +42,9 @@ def data(tmp_path: Path) -> Path:
     return root
 
 
-def test_a_unit_whose_process_died_once_is_retried_in_a_fresh_one(data: Path) -> None:
+def test_a_unit_whose_process_died_once_is_retried_in_a_fresh_one(
+    data: Path, worker_kind: str
+) -> None:
     (data / "once.flaky").write_bytes(b"")
     report = datacheck.scan(data, out=data.parent / "out", executor="inprocess")
     files = report.files.set_index("path")
@@ -50,7 +65,9 @@ def test_a_reader_past_its_time_limit_is_corrupt(data: Path, executor: str) -> N
 
 
 @pytest.mark.parametrize("executor", ["inprocess", "processes"])
-def test_a_reader_past_its_memory_limit_is_corrupt(data: Path, executor: str) -> None:
+def test_a_reader_past_its_memory_limit_is_corrupt(
+    data: Path, executor: str, worker_kind: str
+) -> None:
     (data / "bomb.hog").write_bytes(b"")
     report = datacheck.scan(
         data, out=data.parent / "out", executor=executor, workers=2, unit_memory_mb=400
@@ -84,7 +101,9 @@ def _poison(unit: object, message: str) -> str:
     return f"poison {unit!r}: {message}"
 
 
-def test_an_exception_in_the_unit_function_is_raised_with_the_worker_traceback() -> None:
+def test_an_exception_in_the_unit_function_is_raised_with_the_worker_traceback(
+    worker_kind: str,
+) -> None:
     units = [_U(i) for i in range(4)]
     with pytest.raises(ZeroDivisionError, match="a bug") as info:
         list(run_units(partial(_call, _buggy), units, "processes", 2, on_poison=_poison))
@@ -111,13 +130,20 @@ def _pid(unit: _U) -> int:
     return os.getpid()
 
 
-def test_workers_are_reused_by_the_next_run_and_none_is_this_process() -> None:
+def test_workers_are_reused_by_the_next_run_and_none_is_this_process(worker_kind: str) -> None:
     units = [_U(i) for i in range(3)]
     first = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison))
     second = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison))
     assert first == second and os.getpid() not in first and len(first) == 1
     here = set(run_units(_pid, units, "inprocess", 1, on_poison=_poison, isolate=False))
     assert here == {os.getpid()}
+    mains = set(run_units(_main_file, units, "inprocess", 1, on_poison=_poison))
+    # a fresh worker runs datacheck's entry point (``-c``), never this process's __main__
+    assert mains == ({None} if worker_kind == "fresh" else {sys.modules["__main__"].__file__})
+
+
+def _main_file(unit: _U) -> str | None:
+    return getattr(sys.modules["__main__"], "__file__", None)
 
 
 def _dies_or_hangs(unit: int) -> int:
@@ -130,7 +156,9 @@ def _dies_or_hangs(unit: int) -> int:
     return unit * 10
 
 
-def test_only_the_unit_that_crashed_or_hung_is_poison_the_rest_of_its_job_runs_again() -> None:
+def test_only_the_unit_that_crashed_or_hung_is_poison_the_rest_of_its_job_runs_again(
+    worker_kind: str,
+) -> None:
     """Small units go to workers several per job, and jobs queue behind the running one: when a
     unit crashes or hangs, at the start of its job (5) or inside it (11, 23), only it is
     poison; every other unit of its job, and of the jobs queued behind, runs exactly once."""
