@@ -16,6 +16,7 @@ a waitable ``sentinel``, and a three-slot float array shared with the worker (``
 
 from __future__ import annotations
 
+import atexit
 import json
 import mmap
 import multiprocessing as mp
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -105,6 +107,7 @@ class _Fresh:
             os.close(dead_w)
         self.sentinel = dead_r
         self.pid: int | None = self._popen.pid
+        _LIVE.add(self)
 
     @property
     def exitcode(self) -> int | None:
@@ -129,6 +132,18 @@ class _Fresh:
     def __del__(self) -> None:
         if getattr(self, "sentinel", -1) >= 0:
             os.close(self.sentinel)
+
+
+_LIVE: weakref.WeakSet[_Fresh] = weakref.WeakSet()
+"""Fresh workers not yet ended: stopped when this process exits, as multiprocessing stops its
+daemon processes (an idle worker would otherwise wait for its parent's pipe to close)."""
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_LIVE):
+        proc.kill()
+        proc.join(timeout=5)
 
 
 def _fresh(preload: tuple[str, ...]) -> Started:

@@ -35,10 +35,8 @@ __all__ = [
     "WorkUnit",
     "detect",
     "estimated_work",
-    "ensure_registered",
     "format_modules",
     "get_format",
-    "main_formats",
     "memory_budget",
     "register",
 ]
