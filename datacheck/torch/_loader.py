@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from datacheck.checks._registry import LOAD_ERROR
 from datacheck.errors import BadSampleError, UsageError
 from datacheck.torch import _loader_batches as _b
+from datacheck.torch import _loader_shard as _s
 from datacheck.torch._checks import (
     LeafRules,
     PendingCheck,
@@ -109,11 +110,15 @@ class GuardedLoader:
         self._exclude: Any = resolve_exclude(cfg.exclude, self.paths)
         self._exclude |= self._previously_quarantined()
         self._late: Any = set()  # excluded this epoch: batches already drawn drop them
-        source, within = self._index_source(loader)
-        self._batches = _b.RecordedBatches(source, self._exclude, self.stats, within)
-        dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
-        collate = GuardedCollate(loader.collate_fn, self.rules_for if self.in_workers else None)
-        self.loader: Any = _b.rebuild(loader, self._batches, dataset or loader.dataset, collate)
+        self._dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
+        self._collate = GuardedCollate(
+            loader.collate_fn, self.rules_for if self.in_workers else None
+        )
+        self._draw: _s.Draw | None = None
+        self._strided = False  # this epoch's batches dealt out in turn across the ranks
+        self._seeded = False
+        self._forwarded: int | None = None  # the epoch last given to the samplers
+        self._plan(_b.world())
 
     def _init_stream(self, loader: Any) -> None:
         cfg = self.config
@@ -133,7 +138,29 @@ class GuardedLoader:
 
     @property
     def dataset(self) -> Any:
+        """The wrapped loader's dataset."""
         return getattr(self.inner, "dataset", None)
+
+    @property
+    def sampler(self) -> Any:
+        """The sampler batches come from: the DataLoader's, or the DistributedSampler put in
+        its place under DDP (what trainers call ``set_epoch`` on)."""
+        if self._stream is not None:
+            return getattr(self.inner, "sampler", None)
+        return self._plan(_b.world()).sampler
+
+    @property
+    def batch_sampler(self) -> Any:
+        """The DataLoader's batch sampler, or the one over the injected DistributedSampler."""
+        if self._stream is not None:
+            return getattr(self.inner, "batch_sampler", None)
+        draw = self._plan(_b.world())
+        return draw.source if draw.injected is not None else self.inner.batch_sampler
+
+    @property
+    def batch_size(self) -> int | None:
+        """The wrapped loader's ``batch_size`` (None with a custom ``batch_sampler``)."""
+        return getattr(self.inner, "batch_size", None)
 
     @property
     def excluded_indices(self) -> frozenset[Any]:
@@ -142,8 +169,12 @@ class GuardedLoader:
         return frozenset(self._exclude)
 
     def __len__(self) -> int:
-        """Batches per epoch before any skip (an upper bound)."""
-        return len(self.loader)
+        """Batches per epoch (this rank's, under DDP) before any skip (an upper bound)."""
+        if self._stream is not None:
+            return len(self.loader)
+        draw = self._plan(_b.world())
+        n = len(self.loader)
+        return -(-n // draw.world) if self._strided else n
 
     def exclude(self, indices: Iterable[int]) -> None:
         """Never load or yield these dataset indices again in this run.
@@ -163,21 +194,42 @@ class GuardedLoader:
         self._unshared |= new
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of the manifest and forward it to the sampler (DistributedSampler)."""
+        """Set the epoch of the manifest and of the sampler (a DistributedSampler's order).
+
+        Without a call, the loader counts epochs itself and gives each to the sampler; an
+        epoch set on the sampler directly (``loader.sampler.set_epoch(e)``, as Lightning does)
+        is taken as the loader's.
+        """
         self.epoch, self._epoch_set = epoch, True
         if self._stream is not None:
             self._stream.set_epoch(epoch)
             return
-        seen: set[int] = set()
-        samplers: tuple[Any, ...] = (
-            self.inner.sampler,
-            self.inner.batch_sampler,
-            getattr(self.inner.batch_sampler, "sampler", None),
-        )
-        for obj in samplers:
-            if obj is not None and id(obj) not in seen and hasattr(obj, "set_epoch"):
-                seen.add(id(obj))
-                obj.set_epoch(epoch)
+        self._forward_epoch(epoch)
+
+    def _samplers(self) -> list[Any]:
+        """The samplers that take an epoch (``set_epoch``), each once."""
+        found: dict[int, Any] = {}
+        bs = self.inner.batch_sampler
+        injected = self._draw.injected if self._draw is not None else None
+        for obj in (self.inner.sampler, bs, getattr(bs, "sampler", None), injected):
+            if obj is not None and callable(getattr(obj, "set_epoch", None)):
+                found.setdefault(id(obj), obj)
+        return list(found.values())
+
+    def _forward_epoch(self, epoch: int) -> None:
+        for obj in self._samplers():
+            obj.set_epoch(epoch)
+        self._forwarded = epoch
+
+    def _next_epoch(self) -> int:
+        """This epoch: as set, else one set on a sampler directly, else the last one + 1."""
+        if self._epoch_set:
+            return self.epoch
+        for obj in self._samplers():
+            seen = getattr(obj, "epoch", None)
+            if isinstance(seen, int) and seen != self._forwarded:
+                return seen
+        return self.epoch + 1
 
     def state_dict(self) -> Any:
         """The stream loader's own resumption state (MosaicML's or litdata's
@@ -204,10 +256,13 @@ class GuardedLoader:
         return self._epoch()
 
     def _epoch(self) -> Iterator[Any]:
-        if not self._epoch_set:
+        rank, size = _b.world()
+        if self._stream is None:
+            self._start_map_epoch(rank, size)
+        elif not self._epoch_set:
             self.epoch += 1
         self._epoch_set = False
-        run = _EpochRun(self, *_b.world())
+        run = _EpochRun(self, rank, size)
         if run.share:
             self._take_shared(_b.share(self._unshared))
         if not self._persistent_workers():
@@ -222,6 +277,21 @@ class GuardedLoader:
         finally:
             self.close()
             logger.info("epoch %d: %s", self.epoch, self.stats.as_dict())
+
+    def _start_map_epoch(self, rank: int, size: int) -> None:
+        """This epoch's number and sampler order; under DDP, this rank's share (collectives:
+        every rank starts its epoch here)."""
+        draw = self._plan((rank, size))
+        if draw.injected is not None and not self._seeded:
+            _s.agree_seed(draw.injected)
+            _s.describe(draw, rank)
+            self._seeded = True
+        self.epoch = self._next_epoch()
+        self._forward_epoch(self.epoch)
+        if draw.compare:
+            batches = _s.share_first(draw.source, rank, size, self.config.shard)
+            self._strided = isinstance(batches, _s.Strided)
+            self._batches.prime(batches)
 
     def _drawn(self) -> Iterator[tuple[list[int] | None, Fetched | None]]:
         """Each fetched batch with the indices the sampler drew for it (None: a batch the
@@ -269,18 +339,18 @@ class GuardedLoader:
             logger.info("skipping %d dataset indices quarantined in %s", len(found), folder)
         return found
 
-    def _index_source(self, loader: DataLoader) -> tuple[Iterable[Any], bool]:
-        """The batch source, and whether exclusion filters within batches (keeps boundaries).
-
-        A plain BatchSampler is re-formed over a filtered sampler (full batches).  Under DDP,
-        batch boundaries are kept so every rank yields the same number of steps.
-        """
-        bs: Any = loader.batch_sampler
-        distributed = isinstance(getattr(bs, "sampler", None), DistributedSampler)
-        if type(bs) is BatchSampler and not (distributed or _b.world()[1] > 1):
-            sampler = _b.SkipIndices(bs.sampler, self._exclude, self.stats)
-            return BatchSampler(sampler, bs.batch_size, bs.drop_last), False
-        return bs, True
+    def _plan(self, world: tuple[int, int]) -> _s.Draw:
+        """How batches are drawn in this world (re-planned when the world changes: a trainer
+        initialises the process group after the loader is built)."""
+        if self._draw is not None and self._draw.world == world[1]:
+            return self._draw
+        draw = _s.plan(self.inner, self._exclude, self.stats, world, self.config.shard)
+        self._draw, self._strided, self._seeded = draw, False, False
+        self._batches = _b.RecordedBatches(draw.source, self._exclude, self.stats, draw.within)
+        self.loader = _b.rebuild(
+            self.inner, self._batches, self._dataset or self.inner.dataset, self._collate
+        )
+        return draw
 
     def _checks_in_workers(self, loader: Any) -> bool:
         """Flag in the workers when batches stay on the CPU (parallel with training)."""

@@ -48,13 +48,19 @@ class RecordedBatches:
     def __init__(self, source: Iterable[Any], exclude: set[int], stats: LoaderStats, within: bool):
         self.source, self.exclude, self.stats, self.within = source, exclude, stats, within
         self.fifo: deque[list[int] | None] = deque()
+        self._primed: Iterable[Any] | None = None
+
+    def prime(self, batches: Iterable[Any]) -> None:
+        """Draw the next epoch from ``batches`` (already started) instead of ``source``."""
+        self._primed = batches
 
     def __iter__(self) -> Iterator[list[int]]:
         self.fifo = deque()  # one per DataLoader iterator; the guard takes it right after iter()
-        return self._walk(self.fifo)
+        source, self._primed = (self.source if self._primed is None else self._primed), None
+        return self._walk(source, self.fifo)
 
-    def _walk(self, fifo: deque[list[int] | None]) -> Iterator[list[int]]:
-        for batch in self.source:
+    def _walk(self, source: Iterable[Any], fifo: deque[list[int] | None]) -> Iterator[list[int]]:
+        for batch in source:
             ids = as_indices(batch)
             if self.within and self.exclude:
                 kept = [i for i in ids if i not in self.exclude]
@@ -125,6 +131,14 @@ def refuse_unguardable(loader: Any) -> None:
         raise UsageError(
             f"GuardedLoader wraps a torch DataLoader (map-style or over an IterableDataset), "
             f"WebDataset's WebLoader or a torchdata.nodes Loader, not {type(loader).__name__}"
+        )
+    if type(loader).__module__.split(".")[0] == "accelerate":
+        raise UsageError(
+            f"GuardedLoader wraps the DataLoader you give accelerate, not the "
+            f"{type(loader).__name__} accelerator.prepare() returns (rebuilt, it would lose "
+            "accelerate's sharding and seeding): use accelerator.prepare(GuardedLoader("
+            "DataLoader(...), device=accelerator.device)); GuardedLoader shards itself across "
+            "the processes, and accelerate passes it through"
         )
     if loader.batch_sampler is None:
         raise UsageError(

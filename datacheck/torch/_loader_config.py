@@ -65,6 +65,12 @@ class LoaderConfig:
     """With ``drop``, yield a zero-size batch instead of skipping a batch that lost every sample."""
     deferred: bool = False
     """Resolve each batch one batch later so the host never waits on the check (lags one step)."""
+    shard: bool | None = None
+    """Under DDP (an initialised process group of 2+ ranks), give each rank its own share:
+    None (auto) injects a DistributedSampler in place of the DataLoader's own samplers, keeps a
+    DistributedSampler, and deals out the batches of any other sampler that gives every rank
+    the same ones (see ``_loader_shard``); False: every rank reads everything; True: as auto,
+    and refuse a sampler that already differs by rank."""
     coordinate: bool | None = None
     """Agree across ranks on skips and exclusions (collectives); None: auto under DDP."""
     check_in_workers: bool | None = None
@@ -85,6 +91,8 @@ class LoaderConfig:
                 raise UsageError(f"max_abs={b!r} must be a positive number or None")
         object.__setattr__(self, "ranges", {k: _as_range(k, v) for k, v in self.ranges.items()})
         _check_budget(self.max_load_errors)
+        if self.shard not in (None, True, False):
+            raise UsageError(f"shard={self.shard!r}: give None (auto), True or False")
         if not isinstance(self.load_errors, tuple) or not all(
             isinstance(t, type) and issubclass(t, BaseException) for t in self.load_errors
         ):

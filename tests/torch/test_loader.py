@@ -446,3 +446,13 @@ def test_property_torch_findings_equal_the_numpy_oracle(rows, bound, dtype):
         for r, c in zip(h.rows.tolist(), h.counts.tolist(), strict=True)
     )
     assert ours == expected
+
+
+def test_batches_dealt_out_in_turn_pad_a_short_share_with_its_first_batch():
+    from datacheck.torch._loader_shard import Strided
+
+    batches = [[i] for i in range(5)]
+    shares = [list(Strided(batches, r, 2)) for r in range(2)]
+    assert shares == [[[0], [2], [4]], [[1], [3], [1]]]  # rank 1 one short: padded
+    assert [len(Strided(batches, r, 2)) for r in range(2)] == [3, 3]
+    assert list(Strided([[0]], 1, 2)) == [[]]  # nothing at all: an empty batch, skipped

@@ -254,3 +254,68 @@ def test_the_load_error_budget_stops_every_rank_together(tmp_path):
     assert "Input/output error" in r0["message"]
     assert r1["message"].startswith("another rank stopped")
     assert r0["steps"] == r1["steps"] == 0  # every batch so far was emptied on rank 0: skipped
+
+
+class Buckets:
+    """A batch sampler of the user's own that knows nothing of ranks: the same batches on every
+    rank (``rank_aware``: rank r takes the batches r, r + 2, ... itself)."""
+
+    def __init__(self, rank: int | None = None) -> None:
+        self.rank = rank
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _all(self) -> list[list[int]]:
+        order = torch.randperm(N, generator=torch.Generator().manual_seed(self.epoch)).tolist()
+        return [order[i : i + BATCH] for i in range(0, N - 2 * BATCH, BATCH)]  # 14 batches
+
+    def __iter__(self):
+        batches = self._all()
+        return iter(batches if self.rank is None else batches[self.rank :: 2])
+
+    def __len__(self) -> int:
+        return len(self._all()) if self.rank is None else len(self._all()) // 2
+
+
+def _train_custom(rank: int, world: int, init: str, out: str) -> None:
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=30)
+    )
+    result = {}
+    for name, sampler in (("same", Buckets()), ("aware", Buckets(rank))):
+        loader = GuardedLoader(DataLoader(Recorded(), batch_sampler=sampler))
+        result[name] = [[i for _x, idx in loader for i in idx.tolist()] for _ in range(2)]
+        result[name + "_len"] = len(loader)
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_batch_sampler_that_ignores_ranks_is_dealt_out_one_that_shards_is_kept(tmp_path):
+    init = f"file://{tmp_path / 'init'}"
+    ctx = mp.start_processes(
+        _train_custom, args=(2, init, str(tmp_path)), nprocs=2, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail("DDP training with a custom batch sampler hung")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    for epoch in range(2):
+        sampler = Buckets()
+        sampler.set_epoch(epoch)  # that epoch's batches: the epoch reached the sampler
+        batches = sampler._all()
+        for name in ("same", "aware"):
+            for rank, got in enumerate((r0[name][epoch], r1[name][epoch])):
+                # rank r trained on batches r, r + 2, ... (6, a NaN, dropped where it was)
+                assert got == [i for b in batches[rank::2] for i in b if i != 6]
+    assert r0["same"][0] != r0["same"][1]
+    assert r0["same_len"] == r1["same_len"] == 7 == r0["aware_len"]

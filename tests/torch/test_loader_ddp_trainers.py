@@ -1,0 +1,84 @@
+"""GuardedLoader under DDP whoever runs the loop: plain torch, accelerate, Lightning (2 gloo ranks).
+
+Each run trains 2 epochs on 48 samples (batches of 4, ``shuffle=True``), three of them bad: a
+NaN, one whose loading raises, a 1e30 (``fits="fp16"``). Every clean sample must be trained on
+exactly once per epoch across the ranks, in a new order each epoch, and every bad one dropped
+on whichever rank drew it and quarantined there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datacheck.torch import read_quarantine
+from tests.torch._ddp_train import BAD, BATCH, BROKEN, HUGE, NAN, N
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(kind: str, out: Path) -> list[dict]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    script = ["-m", "tests.torch._ddp_train", kind, str(out)]
+    if kind == "lightning":  # Lightning starts its second process itself
+        cmd = [sys.executable, *script]
+    else:
+        port = _free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            f"--master_port={port}",
+            *script,
+        ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def _check_shares(ranks: list[dict], out: Path) -> None:
+    clean = set(range(N)) - BAD
+    for epoch in range(2):
+        shares = [r["epochs"][epoch] for r in ranks]
+        assert len(shares[0]) + len(shares[1]) == len(clean)  # nothing twice...
+        assert set(shares[0]) | set(shares[1]) == clean  # ...nothing missed
+        assert all(len(set(s)) == len(s) for s in shares)
+    for r in ranks:
+        assert r["epochs"][0] != r["epochs"][1]  # a new order every epoch
+        assert r["lengths"] == [N // 2 // BATCH] * 2  # each rank's share of the batches
+    q = read_quarantine(out / "q")
+    assert dict(zip(q["index"], q["check"], strict=True)) == {
+        NAN: "nan",
+        BROKEN: "load_error",
+        HUGE: "fp16_safe",
+    }
+    assert set(q["epoch"]) == {0}  # found in epoch 0, never loaded again
+    drew = {i: r for r, share in enumerate(ranks) for i in share["epochs"][0]}
+    assert len(set(q["rank"])) >= 1 and all(i not in drew for i in BAD)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["plain", "plain-sampler", "accelerate", "lightning"])
+def test_every_clean_sample_once_per_epoch_across_ranks(tmp_path, kind):
+    pytest.importorskip({"accelerate": "accelerate", "lightning": "lightning"}.get(kind, "torch"))
+    _check_shares(_launch(kind, tmp_path), tmp_path)
