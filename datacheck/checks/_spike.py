@@ -87,6 +87,10 @@ class SpikeConfig:
     """Floor on the spread, as a fraction of ``|median|``, so a flat series has a band."""
     blip_gap: float = 2.0
     """A return counts as "at once" within this many usual step intervals of the spike."""
+    min_level: int = 2
+    """Readings a level needs for an episode judged against it to stand once it persists.  An
+    episode opened against fewer that is still up at a later step says the level was the odd
+    reading (a low first loss), not the series: its readings join the window instead."""
 
     def __post_init__(self) -> None:
         if self.window < 2:
@@ -107,6 +111,8 @@ class SpikeConfig:
             raise UsageError(f"spike config: mad_floor={self.mad_floor!r} must be >= 0")
         if not self.blip_gap >= 1:
             raise UsageError(f"spike config: blip_gap={self.blip_gap!r} must be >= 1")
+        if not 1 <= self.min_level <= self.window:
+            raise UsageError(f"spike config: min_level={self.min_level!r} must be in [1, window]")
 
 
 LOSS = SpikeConfig()
@@ -134,6 +140,9 @@ class Verdict:
     """This reading ended an episode: the series is back below the threshold."""
     blip_step: float | None = None
     """Set when this reading ended a one-reading episode at once: that spike was a blip."""
+    rebased: bool = False
+    """This reading ended an episode opened against a level of fewer than ``min_level``
+    readings: the episode's readings became the level (it was no spike)."""
 
     @property
     def above(self) -> bool:
@@ -147,7 +156,10 @@ class _Episode:
     level: float
     spread: float | None
     readings: int = 1
+    """Steps of the episode (several readings of one step count once)."""
     interval: float | None = None
+    thin: list[float] | None = None
+    """The episode's readings while its level rests on fewer than ``min_level`` readings."""
 
 
 class SpikeDetector:
@@ -255,11 +267,18 @@ class SpikeDetector:
         if verdict.kind == "spike":
             assert verdict.level is not None
             usual = self._interval if self._interval is not None else gap
-            self._episode = _Episode(step, verdict.level, spread, interval=usual)
+            thin = [value] if len(self._sorted) < self.config.min_level else None
+            self._episode = _Episode(step, verdict.level, spread, interval=usual, thin=thin)
             verdict = replace(verdict, episode_start=step)
         elif verdict.kind == "sustained":
-            assert self._episode is not None
-            self._episode.readings += 1
+            ep = self._episode
+            assert ep is not None
+            if gap != 0:
+                ep.readings += 1
+            if ep.thin is not None:
+                ep.thin.append(value)
+                if ep.readings > 1:  # still up at a later step: the level was the odd one
+                    verdict = self._rebase(verdict, ep)
         else:
             verdict = self._end_episode(verdict, gap)
             self._push(value)
@@ -267,6 +286,13 @@ class SpikeDetector:
                 self._interval = gap
         self._last_step = step
         return verdict
+
+    def _rebase(self, verdict: Verdict, ep: _Episode) -> Verdict:
+        """Close a thin-level episode without a spike: its readings join the window."""
+        self._episode = None
+        for v in (ep.thin or [])[-self.config.window :]:
+            self._push(v)
+        return Verdict("ok", level=self._median(), episode_start=ep.start, rebased=True)
 
     def _end_episode(self, verdict: Verdict, gap: float | None) -> Verdict:
         ep, self._episode = self._episode, None
@@ -312,7 +338,7 @@ class SpikeDetector:
             verdict = self.update(float(values[i]), float(steps[i]))
             if verdict.kind in ("spike", "sustained", "nonfinite"):
                 trusted = i + w + 1  # a reading kept out of the window
-            if verdict.kind not in ("ok", "warmup") or verdict.recovered:
+            if verdict.kind not in ("ok", "warmup") or verdict.recovered or verdict.rebased:
                 out.append((i, verdict))
             i += 1
         return out

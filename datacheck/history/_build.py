@@ -1,5 +1,12 @@
 """From a reader's table to a :class:`History`: steps, the chosen series, events with steps.
 
+**Every reading is kept, in the order the log wrote it.**  A step may hold several readings
+(micro-batches, ranks, gradient accumulation, a record printed over several lines) and the
+counter may go back (a resumed run appending to its log): nothing is merged or dropped, the
+timeline judges the readings in log order, and a note says when either happened.  Readers
+whose format marks a resume (the guard's ``resume`` record, TensorBoard's ``purge_step``)
+replace the abandoned readings themselves, as the format's own tools do.
+
 The series are arrays of 8-byte floats (:mod:`datacheck.history._series`), so a history of a
 1 GB log takes tens of bytes a reading, not the ~150 of Python lists of float objects.
 """
@@ -12,17 +19,27 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from datacheck.errors import InputError
-from datacheck.history._keys import Keys, Overrides, choose_keys, eval_loss_key, step_key
+from datacheck.history._counters import (
+    Counter,
+    as_array,
+    choose_counter,
+    counter_from_key,
+    row_steps,
+)
+from datacheck.history._keys import Keys, Overrides, choose_keys, eval_loss_key
 from datacheck.history._series import Floats, Series
-from datacheck.history._table import MISSING, Columns, Table, norm_key, role_of
+from datacheck.history._table import MISSING, Columns, Table, is_eval_key, norm_key, role_of
 
 __all__ = ["History", "build"]
 
 
 @dataclass
 class History:
-    """A training history: per-step series under the chosen keys, evaluation, and events.
+    """A training history: the readings under the chosen keys, in log order, and events.
 
     The series are read-only: they may be the reader's columns themselves, and the series
     without a key may share one all-``None`` array.
@@ -31,119 +48,226 @@ class History:
     source: str
     format: str
     steps: Floats = field(default_factory=Floats)
-    """Sorted, one per step (the first reading of a step wins)."""
+    """The step of each reading, in log order (repeated for several readings of a step, going
+    back where a resumed run restarted its counter)."""
     loss: Series = field(default_factory=Series)
     grad_norm: Series = field(default_factory=Series)
     lr: Series = field(default_factory=Series)
     keys: dict[str, str | None] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Why each key was taken for its role, in words a user can check."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """Guard events and signals found in the log (``checkpoint``, ``overflow``, ``nonfinite``),
-    each with a ``step``."""
+    each with a ``step`` and, where known, the ``index`` of the reading it comes at."""
     eval_steps: list[float] = field(default_factory=list)
     eval_loss: list[float] = field(default_factory=list)
     step_source: str = "row number"
     """The counter the steps come from, or ``row number`` when the log has none."""
     notes: list[str] = field(default_factory=list)
+    nonfinite: list[dict[str, Any]] = field(default_factory=list)
+    """The first NaN/Inf of every field that could be the objective or the grad norm (chosen
+    or not): ``key``, ``step``, ``index``, ``value``."""
+
+    _sorted: bool | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def readings(self) -> int:
+        """Readings in the history (a step with several readings counts each)."""
+        return len(self.steps)
+
+    def index_of_step(self, step: float) -> int:
+        """The first reading at or after ``step`` in log order (for events that name a step)."""
+        steps = self.steps.data
+        arr = np.frombuffer(steps, np.float64) if len(steps) else np.empty(0)
+        if self._sorted is None:
+            self._sorted = bool(np.all(arr[1:] >= arr[:-1]))
+        if self._sorted:
+            return bisect.bisect_left(steps, step)
+        hits = np.flatnonzero(arr >= step)
+        return int(hits[0]) if len(hits) else len(steps)
 
 
-def _sum(parts: list[float | None]) -> float | None:
-    """The sum of loss components; NaN if one is NaN, ``None`` if one is missing."""
-    if not parts:
-        return None
-    if any(p is not None and math.isnan(p) for p in parts):
-        return math.nan
-    if any(p is None for p in parts):
-        return None
-    return math.fsum(p for p in parts if p is not None)
-
-
-def _steps(cols: Columns, key: str | None) -> array[float]:
-    """Steps per row, forward-filled (NaN before the first counter); the counter's own column
-    when it is on every row."""
-    if key is None:
-        return array("d", range(cols.n))
-    if MISSING not in cols.cols[key]:
-        return cols.cols[key]
-    out, last = array("d"), math.nan
-    for v in cols.cols[key]:
-        last = last if v == MISSING else v
-        out.append(last)
-    return out
-
-
-def _distinct(values: array[float]) -> int:
-    """How many distinct values (each NaN counts apart, as in a set of floats)."""
-    import numpy as np
-
-    arr = np.frombuffer(values, dtype=np.float64)
-    nan = np.isnan(arr)
-    return int(np.unique(arr[~nan]).size + nan.sum())
-
-
-def _put(hist: History, step: float, values: tuple[float, float, float]) -> None:
-    """Add one row's values (``MISSING`` where it has none) at ``step``: the first value of a
-    step wins, steps stay sorted."""
-    steps = hist.steps.data
-    series = (hist.loss.data, hist.grad_norm.data, hist.lr.data)
-    at = len(steps) - 1
-    if at < 0 or step > steps[at]:
-        steps.append(step)
-        for seq, v in zip(series, values, strict=True):
-            seq.append(v)
-        return
-    if step != steps[at]:  # out of order (a resumed run): rare
-        at = bisect.bisect_left(steps, step)
-        if at == len(steps) or steps[at] != step:
-            steps.insert(at, step)
-            for seq, v in zip(series, values, strict=True):
-                seq.insert(at, v)
-            return
-    for seq, v in zip(series, values, strict=True):
-        if seq[at] == MISSING:
-            seq[at] = v
-
-
-def _raw(cols: Columns, key: str | None, absent: list[array[float]]) -> array[float]:
-    """The column of ``key``, else the one all-``MISSING`` column (made once, kept in
-    ``absent``: the series without a key share it)."""
+def _column(cols: Columns, key: str | None) -> NDArray[np.float64] | None:
     col = cols.cols.get(key) if key is not None else None
-    if col is not None:
-        return col
-    if not absent:
-        absent.append(array("d", [MISSING]) * cols.n)
-    return absent[0]
+    return None if col is None else np.frombuffer(col, dtype=np.float64)
 
 
-def _increasing(steps: array[float]) -> bool:
-    """Every row has a step, each above the one before (one reading per step)."""
-    import numpy as np
+def _loss_values(cols: Columns, keys: Keys) -> NDArray[np.float64] | array[float] | None:
+    """The loss column: the key's own array, the sum of its components (NaN if one is NaN,
+    missing if one is missing), or the natural log of a perplexity."""
+    if not keys.loss:
+        return None
+    if len(keys.loss) == 1 and not keys.log_loss:
+        return cols.cols[keys.loss[0]]
+    parts = [_column(cols, k) for k in keys.loss]
+    arrays = [p for p in parts if p is not None]
+    missing = np.zeros(cols.n, dtype=bool)
+    total = np.zeros(cols.n)
+    for p in arrays:
+        missing |= p == MISSING
+        total = total + np.where(p == MISSING, 0.0, p)
+    if keys.log_loss:
+        with np.errstate(all="ignore"):
+            total = np.log(total)
+    total[missing] = MISSING
+    return total
 
-    a = np.frombuffer(steps, dtype=np.float64)
-    return len(a) == 0 or (not math.isnan(a[0]) and bool(np.all(a[1:] > a[:-1])))
+
+def _data_rows(cols: Columns, keys: Keys) -> NDArray[np.bool_]:
+    """Rows holding a reading of the loss, the grad norm or the LR."""
+    mask = np.zeros(cols.n, dtype=bool)
+    for key in (*keys.loss, keys.grad_norm, keys.lr):
+        if (arr := _column(cols, key)) is not None:
+            mask |= arr != MISSING
+    return mask
 
 
-def _series(hist: History, cols: Columns, keys: Keys, steps: array[float]) -> None:
-    """Fill the series from the rows (one reading per row and step: the columns themselves)."""
-    get = cols.get
-    absent: list[array[float]] = []
-    if len(keys.loss) == 1 or not keys.loss:
-        loss_col = _raw(cols, keys.loss[0] if keys.loss else None, absent)
-    else:
-        sums = (_sum([get(k, i) for k in keys.loss]) for i in range(cols.n))
-        loss_col = array("d", (MISSING if t is None else t for t in sums))
-    grad_col, lr_col = _raw(cols, keys.grad_norm, absent), _raw(cols, keys.lr, absent)
-    if _increasing(steps):  # no copies: a history of a 1 GB log takes what its columns take
-        hist.steps, hist.loss = Floats.wrap(steps), Series.wrap(loss_col)
-        hist.grad_norm, hist.lr = Series.wrap(grad_col), Series.wrap(lr_col)
+def _counter(table: Table, overrides: Overrides, cols: Columns) -> Counter | None:
+    if overrides.step:
+        key = norm_key(overrides.step)
+        if key not in cols.cols:
+            seen = ", ".join(sorted(cols.cols)[:20]) or "none"
+            raise InputError(f"no key '{overrides.step}' for --step (keys seen: {seen})")
+        return counter_from_key(key, f"{key}: named with --step")
+    if table.counter:
+        return counter_from_key(table.counter, f"{table.counter}: the format's own step")
+    mask = np.zeros(cols.n, dtype=bool)
+    for key, col in cols.cols.items():
+        if role_of(key) in ("loss", "grad_norm", "lr") and not is_eval_key(key):
+            mask |= np.frombuffer(col, np.float64) != MISSING
+    return choose_counter(cols, mask)
+
+
+def _drop_preamble(table: Table, counter: Counter) -> None:
+    """Rows before the first one with the step counter (a printed config or source) go."""
+    first = counter.first_row(table.train)
+    if first <= 0:
         return
-    for i in range(cols.n):
-        step = steps[i]
-        if step == step:  # not NaN: a counter seen
-            _put(hist, step, (loss_col[i], grad_col[i], lr_col[i]))
+    for ev in table.events:
+        for field_ in ("row", "prev_row"):
+            if isinstance(ev.get(field_), int):
+                ev[field_] -= first
+    table.train.drop_head(first)
 
 
-def _signals(cols: Columns, steps: array[float]) -> list[dict[str, Any]]:
-    """The events the rows' counters signal: NaN iterations, skipped steps, the loss scale."""
+def build(table: Table, overrides: Overrides, source: str) -> History:
+    """Find the counter, choose keys, keep every reading in log order, attach events."""
+    cols = table.train
+    counter = _counter(table, overrides, cols)
+    if counter is not None:
+        _drop_preamble(table, counter)
+    steps_all = row_steps(cols, counter)
+    keys = choose_keys(cols, overrides, source, counter.key if counter else None)
+    hist = History(source, table.format, notes=list(table.notes))
+    hist.keys, hist.reasons = keys.describe(), dict(keys.reasons)
+    if counter is not None:
+        hist.step_source, hist.reasons["step"] = counter.key, counter.reason
+    elif cols.n:
+        hist.notes.append("no step counter in this log: steps are row numbers")
+        hist.reasons["step"] = "row numbers: no column of whole numbers rises over the log"
+    kept = _data_rows(cols, keys) & ~np.isnan(steps_all)
+    rows = None if kept.all() else np.flatnonzero(kept)
+    _series(hist, cols, keys, steps_all, kept)
+    readings: NDArray[np.int64] | int = cols.n if rows is None else rows
+    hist.events = _events(table, cols, steps_all, readings, counter)
+    hist.nonfinite = _nonfinite(cols, steps_all, readings)
+    _notes(hist, keys)
+    _eval(hist, table, keys, counter)
+    _check(hist, keys, table, source)
+    return hist
+
+
+def _series(
+    hist: History,
+    cols: Columns,
+    keys: Keys,
+    steps: NDArray[np.float64],
+    kept: NDArray[np.bool_],
+) -> None:
+    """The readings: the columns themselves when every row is one (no copies: a history of a
+    1 GB log takes what its columns take), else the rows with a reading, in log order."""
+    absent: list[array[float]] = []
+    loss = _loss_values(cols, keys)
+    series = [loss, *(cols.cols.get(k) if k else None for k in (keys.grad_norm, keys.lr))]
+    every = bool(kept.all())
+    if every and counter_is_column(cols, steps):
+        hist.steps = Floats.wrap(cols.cols[_step_column(cols, steps)])
+    else:
+        hist.steps = Floats.wrap(as_array(steps[kept]))
+    out = []
+    for values in series:
+        if values is None:
+            if not absent:
+                absent.append(array("d", [MISSING]) * int(kept.sum()))
+            out.append(Series.wrap(absent[0]))
+        elif every and isinstance(values, array):
+            out.append(Series.wrap(values))
+        else:
+            out.append(Series.wrap(as_array(np.asarray(values, dtype=np.float64)[kept])))
+    hist.loss, hist.grad_norm, hist.lr = out
+
+
+def counter_is_column(cols: Columns, steps: NDArray[np.float64]) -> bool:
+    """The steps are one column's own array (a counter on every row, not combined)."""
+    return _step_column(cols, steps) != ""
+
+
+def _step_column(cols: Columns, steps: NDArray[np.float64]) -> str:
+    for key, col in cols.cols.items():
+        if len(col) and np.frombuffer(col, np.float64).ctypes.data == steps.ctypes.data:
+            return key
+    return ""
+
+
+def _reading_index(rows: NDArray[np.int64] | int, row: int) -> int:
+    """The reading of ``row``, or the first after it (an event line before its step line);
+    the last reading for an event after every reading.  ``rows``: the rows that are readings,
+    or their number when every row is one."""
+    if isinstance(rows, int):
+        return max(min(row, rows - 1), 0)
+    return max(min(int(np.searchsorted(rows, row)), len(rows) - 1), 0)
+
+
+def _events(
+    table: Table,
+    cols: Columns,
+    steps: NDArray[np.float64],
+    rows: NDArray[np.int64] | int,
+    counter: Counter | None,
+) -> list[dict[str, Any]]:
+    """The signals of the rows and the reader's events, each with its step and the index of
+    the reading it comes at."""
+    events = _signals(cols, steps)
+    epoch = counter is not None and counter.key == "epoch"
+    for ev in table.events:
+        if "at" in ev and (ev.get("unit") == "epoch") == epoch:
+            ev["step"] = float(ev["at"])  # the line names its step in the counter's unit
+        row = ev.get("prev_row") if "at" in ev else ev.get("row")
+        # A line naming its step (in any unit) follows the step line it names; one naming none
+        # (an overflow, "saving checkpoint to out") comes before the step line it belongs to.
+        if isinstance(ev.get("step"), (int, float)):
+            ev["step"] = float(ev["step"])
+        elif isinstance(row, int) and 0 <= row < len(steps) and steps[row] == steps[row]:
+            ev["step"] = float(steps[row])
+        if isinstance(row, int) and 0 <= row < len(steps):
+            ev["index"] = _reading_index(rows, row)
+        if ev.get("step") is not None or ev.get("kind") not in (
+            "checkpoint",
+            "overflow",
+            "nonfinite",
+        ):
+            events.append(ev)
+    for ev in events:
+        if "index" not in ev and isinstance(ev.get("row"), int) and ev.get("step") is not None:
+            ev["index"] = _reading_index(rows, ev["row"])
+    return sorted(
+        events,
+        key=lambda e: (e.get("step") is None, e.get("index", math.inf), e.get("step") or 0),
+    )
+
+
+def _signals(cols: Columns, steps: NDArray[np.float64]) -> list[dict[str, Any]]:
+    """The events the rows' counters signal: NaN iterations, skipped steps, a falling scale."""
     get, events = cols.get, list[dict[str, Any]]()
     nans, skipped, scale = (
         next((k for k in sorted(cols.cols) if role_of(k) == role), None)
@@ -153,80 +277,83 @@ def _signals(cols: Columns, steps: array[float]) -> list[dict[str, Any]]:
         return events
     cumulative = skipped == "skipped"  # DeepSpeed's "skipped=N" counts since the start
     seen = None
+    last_scale = None
     for i in range(cols.n):
         step = steps[i]
         if step != step:  # NaN: no counter yet
             continue
         n = get(nans, i) if nans else None
         if n:
-            events.append({"kind": "nonfinite", "step": step, "count": n})
+            events.append({"kind": "nonfinite", "step": float(step), "count": n, "row": i})
         k = get(skipped, i) if skipped else None
         if cumulative and k is not None:
             k, seen = (k - seen if seen is not None else 0.0), k
         sc = get(scale, i) if scale else None
+        fell = sc is not None and last_scale is not None and sc < last_scale
+        if sc is not None:
+            last_scale = sc
         if k:
-            events.append({"kind": "overflow", "step": step, "count": k, "scale": sc})
-        elif sc is not None and sc <= 1:
-            events.append({"kind": "overflow", "step": step, "count": 0, "scale": sc})
+            ev = {"kind": "overflow", "step": float(step), "count": k, "row": i}
+            events.append({**ev, "scale": sc if fell else None, "fell": fell})
+        elif fell:
+            events.append(
+                {"kind": "overflow", "step": float(step), "count": 0, "scale": sc, "fell": True}
+                | {"row": i}
+            )
     return events
 
 
-def _event_step(ev: dict[str, Any], steps: array[float], epoch: bool) -> float | None:
-    if isinstance(ev.get("step"), (int, float)):
-        return float(ev["step"])
-    if "at" in ev and (ev.get("unit") == "epoch") == epoch:
-        return float(ev["at"])
-    # A line naming its step in another unit follows the step it names; one naming none
-    # (an overflow, "saving checkpoint to out") comes before the step line it belongs to.
-    row = ev.get("prev_row") if "at" in ev else ev.get("row")
-    if row is None or not 0 <= row < len(steps) or steps[row] != steps[row]:
-        return None
-    return steps[row]
+def _nonfinite(
+    cols: Columns, steps: NDArray[np.float64], rows: NDArray[np.int64] | int
+) -> list[dict[str, Any]]:
+    """The first NaN/Inf of each training field that could be the objective or the grad norm."""
+    out = []
+    for key in sorted(cols.cols):
+        if role_of(key) not in ("loss", "grad_norm") or is_eval_key(key):
+            continue
+        arr = np.frombuffer(cols.cols[key], np.float64)
+        bad = np.flatnonzero((arr != MISSING) & ~np.isfinite(arr) & ~np.isnan(steps))
+        if len(bad):
+            row = int(bad[0])
+            out.append(
+                {
+                    "key": key,
+                    "step": float(steps[row]),
+                    "index": _reading_index(rows, row),
+                    "value": float(arr[row]),
+                }
+            )
+    return sorted(out, key=lambda d: (d["index"], d["key"]))
 
 
-def _without_preamble(table: Table, overrides: Overrides) -> Columns:
-    """Rows before the first one with the step counter (a printed config or source) go."""
-    cols = table.train
-    counter = table.counter or (norm_key(overrides.step) if overrides.step else step_key(cols))
-    if counter is None or counter not in cols.cols:
-        return cols
-    first = next(i for i in range(cols.n) if cols.get(counter, i) is not None)
-    for ev in table.events:
-        for field_ in ("row", "prev_row"):
-            if isinstance(ev.get(field_), int):
-                ev[field_] -= first
-    cols.drop_head(first)
-    return cols
-
-
-def build(table: Table, overrides: Overrides, source: str) -> History:
-    """Choose keys, give rows their steps, merge rows of one step, attach events."""
-    table.train = _without_preamble(table, overrides)
-    keys = choose_keys(table.train, overrides, source)
-    if table.counter and not overrides.step:
-        keys = Keys(table.counter, keys.loss, keys.grad_norm, keys.lr, keys.eval_loss)
-    steps = _steps(table.train, keys.step)
-    coarse = keys.step == "epoch" and _distinct(steps) < 0.9 * len(steps)
-    if coarse and not overrides.step:
-        keys = Keys(None, keys.loss, keys.grad_norm, keys.lr, keys.eval_loss)
-        steps = _steps(table.train, None)
-        table.notes.append("the epoch counter repeats across readings: steps are row numbers")
-    hist = History(source, table.format, keys=keys.describe(), notes=list(table.notes))
-    hist.step_source = keys.step or "row number"
-    if keys.step is None and table.train.n and not coarse:
-        hist.notes.append("no step counter in this log: steps are row numbers")
-    _series(hist, table.train, keys, steps)
-    events = _signals(table.train, steps)
-    for ev in table.events:
-        step = _event_step(ev, steps, keys.step == "epoch")
-        if step is not None:
-            ev["step"] = step  # in place: the table's events are not kept
-        if step is not None or ev.get("kind") not in ("checkpoint", "overflow", "nonfinite"):
-            events.append(ev)
-    hist.events = sorted(events, key=lambda e: (e.get("step") is None, e.get("step") or 0))
-    _eval(hist, table, keys)
-    _check(hist, keys, table, source)
-    return hist
+def _notes(hist: History, keys: Keys) -> None:
+    """Say when a step has several readings, and when the counter goes back."""
+    steps = np.frombuffer(hist.steps.data, np.float64)
+    if len(steps) < 2:
+        return
+    series = hist.loss if keys.loss else hist.grad_norm
+    values = np.frombuffer(series.data, np.float64)
+    has = values != MISSING
+    mine = steps if has.all() else steps[has]
+    increasing = bool(np.all(mine[1:] > mine[:-1]))  # the common case: no repeats, no copy
+    if len(mine) > 1 and not increasing:
+        _, counts = np.unique(mine, return_counts=True)
+        repeated = counts[counts > 1]
+        if len(repeated):
+            hist.notes.append(
+                f"{len(repeated):,} step(s) have several readings (up to {int(counts.max())} "
+                "at one step: micro-batches, ranks, gradient accumulation or a repeated line); "
+                "every reading is kept and judged in log order"
+            )
+    if increasing and has.all():
+        return
+    back = np.flatnonzero(steps[1:] < steps[:-1])
+    if len(back):
+        i = int(back[0])
+        hist.notes.append(
+            f"the step counter goes back {len(back)} time(s) (first from {steps[i]:g} to "
+            f"{steps[i + 1]:g}): a resumed run; both attempts are kept, in log order"
+        )
 
 
 def _eval_keys(table: Table, keys: Keys) -> tuple[Columns, tuple[str, ...]]:
@@ -242,26 +369,31 @@ def _eval_keys(table: Table, keys: Keys) -> tuple[Columns, tuple[str, ...]]:
     return cols, () if key is None else (key,)
 
 
-def _eval(hist: History, table: Table, keys: Keys) -> None:
+def _eval(hist: History, table: Table, keys: Keys, counter: Counter | None) -> None:
+    """Every evaluation reading, in log order, at the step of the counter (or its own)."""
     cols, eval_keys = _eval_keys(table, keys)
     if not eval_keys:
         return
-    counter = table.counter or step_key(cols)
-    seen: dict[float, float] = {}
-    for i in range(cols.n):
-        value = _sum([cols.get(k, i) for k in eval_keys])
-        step = cols.get(counter, i) if counter else float(i)
-        if value is not None and step is not None:
-            seen.setdefault(step, value)
-    hist.eval_steps = sorted(seen)
-    hist.eval_loss = [seen[s] for s in hist.eval_steps]
+    steps = counter.values(cols) if counter is not None else None
+    if steps is None:
+        own = next((k for k in sorted(cols.cols) if role_of(k) == "step"), None)
+        steps = row_steps(cols, counter_from_key(own, "") if own else None)
+    parts = [np.frombuffer(cols.cols[k], np.float64) for k in eval_keys if k in cols.cols]
+    if not parts:
+        return
+    present = np.logical_and.reduce([p != MISSING for p in parts]) & ~np.isnan(steps)
+    total = np.sum([np.where(p == MISSING, 0.0, p) for p in parts], axis=0)
+    hist.eval_steps = steps[present].tolist()
+    hist.eval_loss = total[present].tolist()
     hist.keys["eval_loss"] = "+".join(eval_keys)
 
 
 def _check(hist: History, keys: Keys, table: Table, source: str) -> None:
     has_loss = hist.loss.data.count(MISSING) < len(hist.loss)
-    has_signal = hist.grad_norm.data.count(MISSING) < len(hist.grad_norm) or any(
-        e.get("kind") == "nonfinite" for e in hist.events
+    has_signal = (
+        hist.grad_norm.data.count(MISSING) < len(hist.grad_norm)
+        or any(e.get("kind") == "nonfinite" for e in hist.events)
+        or bool(hist.nonfinite)
     )
     if has_loss:
         return

@@ -48,6 +48,13 @@ def _numbers(rec: dict[str, Any], cols: Columns) -> dict[str, float]:
     return row
 
 
+def _reading(rec: dict[str, Any], row: dict[str, float]) -> tuple[Any, ...] | None:
+    """A guard record's reading (step, rank, loss, grad norm), NaN comparable, or ``None``."""
+    if "rank" not in rec or "step" not in rec:
+        return None
+    return (rec.get("step"), rec.get("rank"), *(repr(row.get(k)) for k in ("loss", "grad_norm")))
+
+
 def _marks(path: Path) -> tuple[int, list[tuple[int, float]], list[tuple[int, float | None]]]:
     """First pass: the last line number, ``resume`` records and skip records by line number.
 
@@ -103,6 +110,7 @@ def read_jsonl(path: Path, keep: set[str]) -> Table:
     replayed = _Replayed(resumes)
     skip_check = _Replayed(resumes)
     skipped = {step for n, step in skip_marks if not skip_check(n, step)}
+    previous: tuple[Any, ...] | None = None
     try:
         for n, rec in iter_records(path):
             if n > last:  # the file grew since the first pass
@@ -110,11 +118,17 @@ def read_jsonl(path: Path, keep: set[str]) -> Table:
             if replayed(n, to_float(rec.get("step"))):
                 continue
             if rec.get("kind") not in (None, "step"):
+                rec["row"] = table.train.n
                 table.events.append(rec)
                 table.format = "guard log"
             elif rec.get("kind") == "step" and to_float(rec.get("step")) in skipped:
                 rec = {**rec, "action": "data_skip"}
-            table.add_row(_numbers(rec, table.train))
+            row = _numbers(rec, table.train)
+            same = _reading(rec, row)
+            if same is not None and same == previous:
+                continue  # the guard logs a step's reading with each of its events: one reading
+            previous = same
+            table.add_row(row)
     except InputError as exc:
         raise InputError(f"{exc}; is it a text log?") from exc
     return table

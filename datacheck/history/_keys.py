@@ -1,24 +1,35 @@
-"""Which key is the step, the loss, the grad norm and the learning rate: one documented order.
+"""Which key is the loss, the grad norm and the learning rate: one documented order, with reasons.
 
-The choice never depends on hash order or file order, and a key the user names wins:
+The choice never depends on hash order or file order, and a key the user names wins (the step
+counter is found by its behaviour, in :mod:`datacheck.history._counters`):
 
-* **step**: the first of :data:`~datacheck.history._table.COUNTERS` present on at least half the
-  training rows (``global_step``, ``num_updates``, ``iteration``, ``iter``, ``step``, ...,
-  ``epoch`` last); none: row numbers, and the output says so.
-* **loss**: the first of :data:`LOSS_ORDER` present; else a key naming a total; else, when
-  several component losses remain that are printed together (YOLO ``box/obj/cls``, mmdet
-  ``loss_cls/loss_bbox``), their sum; else the loss key on the most rows.  Evaluation keys (``val``, ``eval``, ``test``, ...) never are the
-  training loss, and a constant column (all readings equal) is passed over when another exists.
+* **loss**: the per-step objective.  A key named the loss first (:data:`LOSS_ORDER`), else one
+  naming a total; else, when several component losses are printed together (YOLO
+  ``box/obj/cls``, mmdet ``loss_cls/loss_bbox``), their sum; else the loss key on the most rows;
+  else what trainers call the objective when they do not call it a loss: a cost (Marian's
+  ``Cost``), an NLL / cross-entropy / ``xent`` / objective, and last a perplexity, whose
+  natural log is the loss.  Evaluation keys (``val``, ``eval``, ``test``, ...) never are the
+  training loss, and a constant column (all readings equal) is passed over when another
+  exists.  A log of bare columns (``76930 2.6496577``) has no names: the first column that is
+  not the step counter is the loss.
 * **grad norm** / **learning rate**: the first of their preferred names, else the shortest
   matching key, ties broken by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from datacheck.errors import InputError
-from datacheck.history._table import COUNTERS, MISSING, Columns, is_eval_key, norm_key, role_of
+from datacheck.history._table import (
+    MISSING,
+    Columns,
+    is_eval_key,
+    is_positional,
+    norm_key,
+    objective_kind,
+    role_of,
+)
 
 __all__ = [
     "EVAL_LOSS_ORDER",
@@ -27,13 +38,13 @@ __all__ = [
     "Overrides",
     "choose_keys",
     "eval_loss_key",
-    "step_key",
 ]
 
 LOSS_ORDER = (
     "loss",
     "train_loss",
     "training_loss",
+    "loss_train",
     "lm_loss",
     "train_lm_loss",
     "total_loss",
@@ -50,8 +61,16 @@ EVAL_LOSS_ORDER = (
     "lm_loss_value",
     "lm_loss",
 )
-GRAD_ORDER = ("grad_norm", "gnorm", "total_grad_norm", "grad_norm_total", "total_norm")
-LR_ORDER = ("lr", "learning_rate", "train_lr", "train_learning_rate", "lr0", "x_lr0")
+GRAD_ORDER = (
+    "grad_norm",
+    "gnorm",
+    "total_grad_norm",
+    "grad_norm_total",
+    "total_norm",
+    "gradient_norm",
+)
+LR_ORDER = ("lr", "learning_rate", "train_lr", "train_learning_rate", "lr0", "x_lr0", "l_r")
+_KINDS = ("a loss", "a cost (the objective under another name)", "an NLL / cross-entropy")
 
 
 @dataclass(frozen=True)
@@ -85,12 +104,16 @@ class Keys:
     grad_norm: str | None
     lr: str | None
     eval_loss: str | None = None
+    log_loss: bool = False
+    """The loss is a perplexity: its natural log is judged."""
+    reasons: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, str | None]:
-        """For output: the loss as ``a+b+c`` when summed."""
+        """For output: the loss as ``a+b+c`` when summed, ``ln(ppl)`` for a perplexity."""
+        loss = "+".join(self.loss) or None
         return {
             "step": self.step,
-            "loss": "+".join(self.loss) or None,
+            "loss": f"ln({loss})" if loss and self.log_loss else loss,
             "grad_norm": self.grad_norm,
             "lr": self.lr,
             "eval_loss": self.eval_loss,
@@ -114,31 +137,58 @@ def _ordered(candidates: list[str], order: tuple[str, ...]) -> list[str]:
     return sorted(candidates, key=lambda k: (rank.get(k, len(order)), len(k), k))
 
 
-def _loss(cols: Columns) -> tuple[str, ...]:
+def _most(cols: Columns, keys: list[str]) -> str:
+    return min(keys, key=lambda k: (-cols.present(k), len(k), k))
+
+
+def _loss(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
+    """(keys, a perplexity?, why)."""
     keys = [k for k in cols.cols if role_of(k) == "loss" and not is_eval_key(k)]
     varying = [k for k in keys if not _constant(cols, k)] or keys
-    for key in _ordered(varying, LOSS_ORDER):
-        if key in LOSS_ORDER or "total" in key.split("_"):
-            return (key,)
-    if len(varying) <= 1:
-        return tuple(varying)
-    # Components are printed together; keys that are not (Lightning's train_loss_step beside
-    # train_loss_epoch) are variants of one loss: take the one on the most rows.
-    present = {k: cols.present(k) for k in varying}
-    most = max(present.values())
-    parts = sorted(k for k in varying if present[k] >= 0.9 * most)
-    if len(parts) > 1:
-        return tuple(parts)
-    return (min(varying, key=lambda k: (-present[k], len(k), k)),)
+    for kind in range(4):
+        of_kind = [k for k in varying if objective_kind(k) == kind]
+        if of_kind:
+            break
+    else:
+        return _unnamed(cols, step)
+    if kind == 3:
+        key = _most(cols, of_kind)
+        return (key,), True, f"ln({key}): no loss is printed, only a perplexity; its log is one"
+    named = [k for k in _ordered(of_kind, LOSS_ORDER) if k in LOSS_ORDER or "total" in k.split("_")]
+    if named:
+        why = "named the loss" if named[0] in LOSS_ORDER else "named the total loss"
+        return (named[0],), False, f"{named[0]}: {why}"
+    if kind == 0 and len(of_kind) > 1:
+        # Components are printed together; keys that are not (Lightning's train_loss_step
+        # beside train_loss_epoch) are variants of one loss: take the one on the most rows.
+        present = {k: cols.present(k) for k in of_kind}
+        most = max(present.values())
+        parts = sorted(k for k in of_kind if present[k] >= 0.9 * most)
+        if len(parts) > 1:
+            return tuple(parts), False, "the sum of the loss components printed together"
+    key = _most(cols, of_kind)
+    return (
+        (key,),
+        False,
+        f"{key}: {_KINDS[kind]}" + (", on the most lines" if len(of_kind) > 1 else ""),
+    )
 
 
-def step_key(cols: Columns) -> str | None:
-    """The first counter present on at least half the rows."""
-    for key in COUNTERS:
-        if key in cols.cols and 2 * cols.present(key) >= cols.n:
-            return key
-    others = sorted(k for k in cols.cols if k.endswith("global_step"))
-    return next((k for k in others if 2 * cols.present(k) >= cols.n), None)
+def _unnamed(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
+    """A log of bare columns: the first one that is not the step counter is the loss."""
+    columns = sorted(
+        (k for k in cols.cols if is_positional(k) and k.startswith("column_") and k != step),
+        key=lambda k: int(k.split("_")[1]),
+    )
+    columns = [k for k in columns if not k.endswith("_total") and not _constant(cols, k)]
+    if not columns:
+        return (), False, ""
+    return (
+        (columns[0],),
+        False,
+        f"{columns[0]}: the log names no loss; the first column that is not the step counter "
+        "(name another with --loss column_N)",
+    )
 
 
 def _first(cols: Columns, role: str, order: tuple[str, ...]) -> str | None:
@@ -162,20 +212,35 @@ def _named(cols: Columns, name: str | None, what: str, source: str) -> str | Non
     return key
 
 
-def choose_keys(cols: Columns, overrides: Overrides, source: str) -> Keys:
+def choose_keys(cols: Columns, overrides: Overrides, source: str, step: str | None) -> Keys:
     """Choose the keys of the training rows (an override that is absent is an InputError)."""
-    loss: tuple[str, ...]
+    reasons: dict[str, str] = {}
+    log_loss = False
     if overrides.loss:
         loss = tuple(
             k for part in overrides.loss.split("+") if (k := _named(cols, part, "--loss", source))
         )
+        reasons["loss"] = f"{'+'.join(loss)}: named with --loss"
     else:
-        loss = _loss(cols)
+        loss, log_loss, why = _loss(cols, step)
+        if loss:
+            reasons["loss"] = why
+    grad = _named(cols, overrides.grad_norm, "--grad-norm", source)
+    if grad is not None:
+        reasons["grad_norm"] = f"{grad}: named with --grad-norm"
+    elif (grad := _first(cols, "grad_norm", GRAD_ORDER)) is not None:
+        reasons["grad_norm"] = f"{grad}: named a grad norm"
+    lr = _named(cols, overrides.lr, "--lr", source)
+    if lr is not None:
+        reasons["lr"] = f"{lr}: named with --lr"
+    elif (lr := _first(cols, "lr", LR_ORDER)) is not None:
+        reasons["lr"] = f"{lr}: named a learning rate"
     return Keys(
-        step=_named(cols, overrides.step, "--step", source) or step_key(cols),
+        step=step,
         loss=loss,
-        grad_norm=_named(cols, overrides.grad_norm, "--grad-norm", source)
-        or _first(cols, "grad_norm", GRAD_ORDER),
-        lr=_named(cols, overrides.lr, "--lr", source) or _first(cols, "lr", LR_ORDER),
+        grad_norm=grad,
+        lr=lr,
         eval_loss=eval_loss_key(cols, tagged=False),
+        log_loss=log_loss,
+        reasons=reasons,
     )

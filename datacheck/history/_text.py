@@ -20,40 +20,27 @@ Every pattern is anchored or possessive, so no line makes the parser backtrack q
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datacheck.history._table import (
-    MISSING,
-    Columns,
-    Table,
-    is_eval_key,
-    norm_key,
-    role_of,
-    to_float,
+from datacheck.history._fields import (
+    NUM,
+    Found,
+    TableHeader,
+    header_of,
+    line_fields,
+    table_row,
 )
+from datacheck.history._table import MISSING, Columns, Table, is_eval_key, role_of
 
 __all__ = ["parse_line", "read_text"]
 
 _E = r"(?:[eE][-+]?+\d++)?+"
 _NAN = r"[nN][aA][nN]"
 _INF = r"[iI][nN][fF](?:[iI][nN][iI][tT][yY])?+"
-_NUM = rf"(?>[-+]?+(?:(?:\d++(?:\.\d*+)?+|\.\d++){_E}|(?-i:{_NAN}|{_INF})))(?!\w|\.\w)"
-"""A number as ``float()`` reads it (``nan``/``inf`` in any ASCII case: never a dotless ``ı``,
-which ``re.IGNORECASE`` would take for an ``i``)."""
-_QUAL = r"(?:(?:train|training|val|valid|validation|eval|test|lm)\s++)?+"
-_PAIR = re.compile(
-    rf"(?<![\w./-])({_QUAL}[A-Za-z_][\w./-]*+)(?:\s++is\s++|\s*+[:=]\s*+|\s++)({_NUM})",
-    re.IGNORECASE,
-)
-_NUM_AT = re.compile(rf"\s*+({_NUM})", re.IGNORECASE)
-_WORDY_KEY = re.compile(r"\s*+[A-Za-z_(][\w./()-]*+(?:\s++[A-Za-z_(][\w./()-]*+)*+\s*+")
-_QUOTED_PAIR = re.compile(rf"['\"]([A-Za-z_][^'\"]*+)['\"]\s*+:\s*+'?({_NUM})", re.IGNORECASE)
-_SEGMENTS = re.compile(r"\s[|,]\s?|,\s|\t|\.\s")
 _EVAL_WORD = re.compile(
     r"(?<![\w/.-])(?:valid|validation|val|eval|evaluation|evaluating|test|testing)(?![\w/.-])",
     re.IGNORECASE,
@@ -64,10 +51,17 @@ _KERAS_BATCH = re.compile(r"\s*+(\d++)/(\d++)\s++(?:\[|\u2501)")
 _LIGHTNING = re.compile(r"Epoch\s++(\d++):\s*+\d++%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+\[")
 _PROSE_NONFINITE = re.compile(
     r"\bloss\W++(?:\w++\W++)?(?:nan|inf|infinity)\b"
-    r"|\b(?:nan|inf|infinity|non-finite|nonfinite)\W++(?:\w++\W++)?loss\b",
+    r"|\b(?:nan|inf|infinity|non-finite|nonfinite|invalid)\W++(?:\w++\W++)?loss\b",
     re.IGNORECASE,
 )
-_SCALE_TO = re.compile(rf"\bto:?\s*+({_NUM})", re.IGNORECASE)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07]*+\x07|[\x08]")
+"""Terminal colour and cursor codes (torchtitan, Keras 3, rich consoles) and backspaces."""
+_ATTEMPTED = re.compile(rf"attempted loss scale:?\s*+({NUM}),\s*+reducing to:?\s*+({NUM})", re.I)
+_SCALE_FROM = re.compile(rf"loss scale from\s*+({NUM})\s*+to:?\s*+({NUM})", re.IGNORECASE)
+_SCALE_TO = re.compile(
+    rf"(?:setting|reducing)(?:\s++loss)?+\s++scale\s++to:?\s*+(?:to\s++)?+({NUM})", re.I
+)
+_MIN_SCALE = re.compile(rf"minimum loss scale reached\s*+\(?\s*+({NUM})", re.IGNORECASE)
 _SAVE = re.compile(r"\bsav(?:e|ed|ing)\b", re.IGNORECASE)
 _CKPT_STEP = (
     (re.compile(r"global_step(\d++)"), "step"),
@@ -83,85 +77,31 @@ _CKPT_STEP = (
 
 _UNIT = r"(?:ms|us|ns|s|min|m|h|it|x|[kKMGT]i?B|[kKMBT])(?![\w.])"
 """A unit glued to a number (``120.30ms``, ``4.2it/s``, ``1.5x``, ``12GB``)."""
-_TOKEN = re.compile(  # _NUM where nothing word-like precedes it, split by its first character
+_TOKEN = re.compile(  # NUM where nothing word-like precedes it, split by its first character
     r"([-+.\dnNiI](?<![\w.].)"  # a first character that can start a number: a fast scan
     rf"(?:(?<=\d)\d*+(?:\.\d*+)?+{_E}"
     rf"|(?<=\.)\d++{_E}"
     rf"|(?<=[-+])(?:(?:\d++(?:\.\d*+)?+|\.\d++){_E}|{_NAN}|{_INF})"
     r"|(?<=[nN])[aA][nN]"
     r"|(?<=[iI])[nN][fF](?:[iI][nN][iI][tT][yY])?+"
-    rf")(?:(?!\w|\.\w)|(?<=\d)(?={_UNIT})))"
+    rf")(?:(?!\w|\.\w)|(?<=\d)(?={_UNIT})|(?<=\d)(?=[A-Z][a-z])))"
 )
-"""A number, or digits glued to a unit (never a value: ``_NUM`` wants no word character
-after it), so ``time 120.30ms`` and ``time 98.10ms`` are lines of one shape."""
+"""A number, or digits glued to a unit (never a value: ``NUM`` wants no word character
+after it), so ``time 120.30ms`` and ``time 98.10ms`` are lines of one shape; digits glued to
+a capitalised word end there, as in ``NUM``."""
 _CACHE_LIMIT = 4096
-
-Found = dict[str, tuple[float, int]]
-"""Values by normalised key, with where the value starts in the line (-1: not known)."""
-
-
-def _wordy(segment: str) -> tuple[str, int] | None:
-    """``lm loss: 2.3`` / ``Current learning rate is 0.04``: a key of several words."""
-    for sep in (":", " is "):
-        at = segment.find(sep)
-        if at <= 0:
-            continue
-        key = segment[:at]
-        if " " in key.strip() and _WORDY_KEY.fullmatch(key):
-            num = _NUM_AT.match(segment, at + len(sep))
-            if num is not None:
-                return key.strip(), num.start(1)
-    return None
-
-
-def _dict_line(text: str) -> dict[str, Any] | None:
-    """A printed dict (Hugging Face Trainer: ``{'loss': 2.41, 'grad_norm': nan, ...}``)."""
-    try:
-        rec = ast.literal_eval(text)  # literals only, never eval
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        pairs = _QUOTED_PAIR.findall(text)  # bare nan/inf are no Python literals
-        return {k: v for k, v in pairs} or None
-    return rec if isinstance(rec, dict) else None
-
-
-def _segments(line: str) -> list[tuple[int, str]]:
-    out, start = [], 0
-    for m in _SEGMENTS.finditer(line):
-        out.append((start, line[start : m.start()]))
-        start = m.end()
-    out.append((start, line[start:]))
-    return out
-
-
-def _pairs(line: str) -> Found:
-    row: Found = {}
-    text = line.strip()
-    at = max(text.rfind("{'"), text.rfind('{"'))
-    if at > 0 and text.endswith("}"):
-        text = text[at:]  # a printed dict after a progress bar's last redraw
-    if text.startswith("{") and text.endswith("}") and (rec := _dict_line(text)) is not None:
-        for key, value in rec.items():
-            num = to_float(value)
-            if num is not None:
-                row.setdefault(norm_key(str(key)), (num, -1))
-        return row
-    for start, segment in _segments(line):
-        wordy = _wordy(segment)
-        if wordy is not None:
-            key, at = wordy
-            row.setdefault(norm_key(key), (float(_NUM_AT.match(segment, at).group(1)), start + at))  # type: ignore[union-attr]
-            continue
-        for m in _PAIR.finditer(segment):
-            row.setdefault(norm_key(m.group(1)), (float(m.group(2)), start + m.start(2)))
-    return row
 
 
 class _Context:
-    """State carried from line to line: the Keras epoch header, and the parse plans."""
+    """State carried from line to line: the Keras epoch header, a table's header line, the
+    line number, and the parse plans."""
 
     def __init__(self) -> None:
         self.keras_epoch: int | None = None
         self.plans: dict[str, _Plan | None] = {}
+        self.header: TableHeader | None = None
+        self.header_line = -2
+        self.line_no = 0
 
 
 @dataclass(frozen=True)
@@ -208,13 +148,59 @@ def _checkpoint(line: str) -> dict[str, Any]:
     return event
 
 
+def _scale_fall(line: str) -> tuple[float | None, bool]:
+    """The loss scale an overflow line names and whether it fell (DeepSpeed's first overflow
+    with hysteresis only lowers the hysteresis: no fall; ``reducing to`` the same scale
+    neither)."""
+    if (m := _ATTEMPTED.search(line)) is not None or (m := _SCALE_FROM.search(line)) is not None:
+        before, after = float(m.group(1)), float(m.group(2))
+        return (after, True) if after < before else (None, False)
+    if (m := _SCALE_TO.search(line)) is not None or (m := _MIN_SCALE.search(line)) is not None:
+        return float(m.group(1)), True
+    return None, False
+
+
 def _signal(line: str, low: str) -> dict[str, Any] | None:
-    if "overflow" in low and ("skip" in low or "scale" in low):
-        scale = _SCALE_TO.search(line)
-        return {"kind": "overflow", "scale": float(scale.group(1)) if scale else None}
+    if (
+        ("overflow" in low and ("skip" in low or "scale" in low))
+        or "minimum loss scale" in low
+        or "loss scale from" in low
+    ):
+        scale, fell = _scale_fall(line)
+        return {"kind": "overflow", "scale": scale, "fell": fell}
     if ("checkpoint" in low or "model" in low or "ckpt" in low) and _SAVE.search(line):
         return _checkpoint(line)
     return None
+
+
+def _columns(line: str, ctx: _Context) -> tuple[Found, bool]:
+    """A row of numbers (named by the header line just above it, if any); or the header line
+    itself.  Returns (fields, named by a header)."""
+    header = ctx.header if ctx.header_line == ctx.line_no - 1 else None
+    row = table_row(line, header)
+    if row is not None:
+        if header is not None:
+            ctx.header_line = ctx.line_no  # the next row is under the same header
+        return row, header is not None
+    if (found := header_of(line)) is not None:
+        ctx.header, ctx.header_line = found, ctx.line_no
+    return {}, False
+
+
+def _is_eval(line: str, row: Found, mode: str | None) -> bool:
+    """A line of an evaluation: its mode says so (mmengine), or its only losses are
+    evaluation keys, or it has the word and no loss named a training one, or an evaluation
+    loss beside it (litgpt's ``loss train: .., val: ..`` is a training line, nanoGPT's ``train
+    loss .., val loss ..`` an evaluation)."""
+    if mode is not None:
+        return mode in ("val", "test")
+    losses = [k for k in row if role_of(k) == "loss"]
+    if losses and all(map(is_eval_key, losses)):
+        return True
+    if _EVAL_WORD.search(line) is None:
+        return False
+    trained = any({"train", "training"} & set(k.split("_")) for k in losses)
+    return not trained or any(map(is_eval_key, losses))
 
 
 def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], list[Any]]:
@@ -224,21 +210,20 @@ def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], 
         return {}, "train", [], [None]
     if (event := _signal(line, low)) is not None:
         return {}, "train", [event], [None]
-    row = _pairs(line)
+    row = line_fields(line)
+    named = False
+    if not row:
+        row, named = _columns(line, ctx)
     mode, computed = _counters(line, row, ctx)
-    losses = [k for k in row if role_of(k) == "loss"]
-    is_eval = mode in ("val", "test") or (
-        mode is None
-        and (_EVAL_WORD.search(line) is not None or (losses and all(map(is_eval_key, losses))))
-    )
     events = []
     if (
         not any(role_of(k) == "loss" and not is_eval_key(k) for k in row)
-        and ("nan" in low or "inf" in low or "finite" in low)
+        and ("nan" in low or "inf" in low or "finite" in low or "invalid" in low)
         and _PROSE_NONFINITE.search(line)
     ):
         events.append({"kind": "nonfinite", "text": line.strip()[:200]})
-    return row, "eval" if is_eval else "train", events, computed
+    tag = "eval" if _is_eval(line, row, mode) else "train"
+    return row, tag, events, [None] if named else computed
 
 
 def parse_line(
@@ -277,9 +262,7 @@ def _plan(
     if not has_train_loss and "loss" in skeleton:
         return None  # a line that may say "NaN loss" in words: parse it each time
     keys = [k for k, _ in values] + [c[0] for c in ops]
-    return _Plan(
-        tuple(values), tuple(ops), tag, any(role_of(k) != "step" or k in cols.keep for k in keys)
-    )
+    return _Plan(tuple(values), tuple(ops), tag, bool(keys))
 
 
 def _apply(plan: _Plan, numbers: Sequence[str], ctx: _Context) -> dict[str, float] | None:
@@ -370,14 +353,14 @@ class _Direct:
     the plan is its values appended to their arrays and ``MISSING`` to the others, what
     ``Columns.add`` does with its row."""
 
-    __slots__ = ("columns", "into", "pad", "train", "width")
+    __slots__ = ("columns", "into", "keys", "pad", "train", "width")
 
     def __init__(self, plan: _Plan, table: Table) -> None:
         self.columns = table.eval if plan.tag == "eval" else table.train
         cols = self.columns.cols
         self.width = len(cols)
         self.train = plan.tag != "eval"
-        keys = {key for key, _ in plan.values}
+        self.keys = keys = {key for key, _ in plan.values}
         fits = plan.data and not plan.computed and keys <= cols.keys()
         self.into = tuple((cols[key], i) for key, i in plan.values) if fits else ()
         self.pad = tuple(col for key, col in cols.items() if key not in keys)
@@ -395,6 +378,9 @@ class _Reader:
         """By the ``id`` of the plan (plans stay in the context's cache: ids are not reused)."""
 
     def line(self, line: str) -> None:
+        self.shapes.ctx.line_no += 1
+        if "\x1b" in line or "\x08" in line:
+            line = _ANSI.sub("", line)
         parts: list[str] | None = None
         last = self.shapes.last  # a line of the last shape: its plan and numbers in one match
         known = None if last is None else last[0].fullmatch(line)
@@ -425,26 +411,46 @@ class _Reader:
             col.append(float(numbers[i]))
         for col in direct.pad:
             col.append(MISSING)
-        direct.columns.n += 1
+        columns = direct.columns
+        columns.n += 1
+        if columns.probing or columns.pending:
+            generation = columns.generation
+            columns.count(direct.keys)
+            if columns.generation != generation:
+                self._stale()
         return True
+
+    def _stale(self) -> None:
+        """The wanted keys changed (the columns settled): plans made before are forgotten."""
+        shapes = self.shapes
+        shapes.ctx.plans.clear()
+        shapes.patterns.clear()
+        shapes.runs.clear()
+        shapes.chars = 0
+        shapes.last = None
+        shapes.previous = ""
+        self.direct.clear()
 
     def _parse(self, line: str, parts: list[str] | None) -> tuple[str, dict[str, float]]:
         """Parse a line in full (and plan its shape); ``tag`` is ``""`` when it is no data."""
         table = self.table
         found, tag, events, computed = _parse(line, self.shapes.ctx)
+        cols = table.eval if tag == "eval" else table.train
         if not events:
-            self.shapes.learn(parts or _TOKEN.split(line), found, tag, computed, table.train)
+            self.shapes.learn(parts or _TOKEN.split(line), found, tag, computed, cols)
         for ev in events:
             ev["prev_row"] = table.train.n - 1 if table.train.n else None
         self.pending.extend(events)
-        cols = table.eval if tag == "eval" else table.train
         row = {k: v for k, (v, _) in found.items() if cols.wanted(k)}
-        data = any(role_of(k) != "step" or k in cols.keep for k in row)
-        return tag if data else "", row
+        return tag if row else "", row
 
     def _add(self, tag: str, row: dict[str, float]) -> None:
         table = self.table
-        index = (table.eval if tag == "eval" else table.train).add(row)
+        columns = table.eval if tag == "eval" else table.train
+        generation = columns.generation
+        index = columns.add(row)
+        if columns.generation != generation:
+            self._stale()
         if tag == "train" and self.pending:
             for ev in self.pending:
                 ev["row"] = index

@@ -11,14 +11,15 @@ raised more than 2x in one reading shortly before is not stable: the LR before t
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig, SpikeDetector, Verdict
 from datacheck.history._build import History
+from datacheck.history._restart import restart
 from datacheck.history._series import Floats
 from datacheck.history._table import MISSING
 
@@ -27,7 +28,6 @@ __all__ = ["SCALE_REPEAT", "Timeline", "analyze"]
 SCALE_REPEAT = 5
 """fp16 overflows within ten logging intervals that make a warning (the scaler handles one;
 the first 100 steps, the scaler's initial calibration, do not count)."""
-_LR_JUMP = 2.0
 _GUARD_DIVERGED = ("rollback", "stop")
 
 
@@ -38,6 +38,9 @@ class Timeline:
     status: str
     """``healthy``, ``warning`` (early warning only), ``spike``, ``diverging`` or ``nan``."""
     steps: int
+    """Distinct steps."""
+    readings: int = 0
+    """Readings judged (a step with several readings counts each)."""
     step_source: str = "row number"
     level: float | None = None
     """The loss level: the baseline median at the warning, else at the end."""
@@ -76,43 +79,56 @@ class Timeline:
 
 @dataclass
 class _Scan:
-    """What the pass over the series found (mutable; becomes a :class:`Timeline`)."""
+    """What the pass over the series found, by reading position (becomes a :class:`Timeline`)."""
 
-    pending: tuple[float, float, float] | None = None  # (step, loss, level) of an open spike
-    warning: tuple[float, float, float] | None = None
-    danger_step: float | None = None
-    nan: tuple[float, str] | None = None
-    blips: list[float] = field(default_factory=list)
-    grad_spikes: list[tuple[float, float]] = field(default_factory=list)
-    grad_blips: list[float] = field(default_factory=list)
-    grad_warning: tuple[float, float] | None = None
-    grad_open: tuple[float, float] | None = None
+    steps: array[float]
+    pending: tuple[int, float, float] | None = None  # (index, loss, level) of an open spike
+    warning: tuple[int, float, float] | None = None
+    danger: int | None = None
+    nan: tuple[int, str] | None = None
+    blips: list[int] = field(default_factory=list)
+    grad_spikes: list[tuple[int, float]] = field(default_factory=list)
+    grad_blips: list[int] = field(default_factory=list)
+    grad_warning: tuple[int, float] | None = None
+    grad_open: tuple[int, float] | None = None
 
-    def loss(self, step: float, loss: float, v: Verdict) -> None:
-        if v.kind == "spike" and self.warning is None:
+    def loss(self, at: int, loss: float, v: Verdict) -> None:
+        if v.rebased:  # the level was one reading, and it was the odd one out
+            self.pending = None
+        elif v.kind == "spike" and self.warning is None:
             assert v.level is not None
-            self.pending = (step, loss, v.level)
-        elif v.kind == "sustained" and self.pending is not None:
-            self.warning, self.pending, self.danger_step = self.pending, None, step
-        elif v.kind == "sustained" and self.warning is not None and self.danger_step is None:
-            self.danger_step = step
+            self.pending = (at, loss, v.level)
+        elif v.kind == "sustained" and self._later(at, self.pending):
+            assert self.pending is not None
+            self.warning, self.pending, self.danger = self.pending, None, at
+        elif v.kind == "sustained" and self.warning is not None and self.danger is None:
+            if self._later(at, self.warning):
+                self.danger = at
         elif v.recovered and self.pending is not None:
             if v.blip_step is not None:
-                self.blips.append(v.blip_step)
+                self.blips.append(self.pending[0])
             else:
                 self.warning = self.pending
             self.pending = None
 
-    def grad(self, step: float, gnorm: float, v: Verdict) -> None:
-        if v.kind == "spike":
-            self.grad_spikes.append((step, gnorm))
-            self.grad_open = (step, gnorm)
+    def _later(self, at: int, episode: tuple[int, float, float] | None) -> bool:
+        """A reading at a later step than the episode's start (more readings of the same
+        step are the same step: micro-batches, ranks)."""
+        return episode is not None and self.steps[at] != self.steps[episode[0]]
+
+    def grad(self, at: int, gnorm: float, v: Verdict) -> None:
+        if v.rebased:
+            self.grad_open = None
+        elif v.kind == "spike":
+            self.grad_spikes.append((at, gnorm))
+            self.grad_open = (at, gnorm)
         elif v.kind == "sustained":
-            self.grad_spikes.append((step, gnorm))
-            if self.grad_warning is None and self.grad_open is not None:
-                self.grad_warning = self.grad_open
-        elif v.blip_step is not None:
-            self.grad_blips.append(v.blip_step)
+            self.grad_spikes.append((at, gnorm))
+            opened = self.grad_open
+            if self.grad_warning is None and opened and self.steps[at] != self.steps[opened[0]]:
+                self.grad_warning = opened
+        elif v.blip_step is not None and self.grad_open is not None:
+            self.grad_blips.append(self.grad_open[0])
 
     def close(self) -> None:
         """The log ended (or hit NaN) with a spike still open: it counts as the warning."""
@@ -120,13 +136,13 @@ class _Scan:
             self.warning, self.pending = self.pending, None
 
 
-def _event_nan(hist: History) -> tuple[float, str] | None:
+def _event_nan(hist: History) -> tuple[int, str] | None:
     for ev in hist.events:
         if ev.get("kind") == "nonfinite" and not ev.get("dropped") and ev.get("step") is not None:
             what = ev.get("text") or (
                 f"{ev['count']:g} NaN iteration(s)" if ev.get("count") else "guard: nonfinite"
             )
-            return float(ev["step"]), str(what)
+            return _index(hist, ev), str(what)
     return None
 
 
@@ -148,10 +164,50 @@ def _analyze(
     hist: History, walk: Walk, loss: SpikeConfig, grad_norm: SpikeConfig, lookback: int
 ) -> Timeline:
     loss_det, grad_det = SpikeDetector(loss), SpikeDetector(grad_norm)
-    scan = _Scan(nan=_event_nan(hist))
-    walk(hist, scan, loss_det, grad_det)
-    scan.close()
-    return _conclude(hist, scan, loss_det.level, loss, lookback)
+    scan = _Scan(hist.steps.data, nan=_event_nan(hist))
+    judged = hist.format == "guard log"
+    if judged:  # the guard judged every step; its log holds every 10th healthy one
+        _walk_nonfinite(hist, scan)
+    else:
+        walk(hist, scan, loss_det, grad_det)
+        scan.close()
+    _nonfinite_fields(hist, scan)
+    level = _median_loss(hist) if judged else loss_det.level
+    return _conclude(hist, scan, level, loss, lookback)
+
+
+def _nonfinite_fields(hist: History, scan: _Scan) -> None:
+    """Never healthy over a NaN: a field that could be the objective or the grad norm and went
+    NaN/Inf (the chosen loss, or one beside it: ``nll_loss``, ``ppl``, ...) names the NaN
+    when it comes first."""
+    first = next(iter(hist.nonfinite), None)
+    if first is None:
+        return
+    if scan.nan is not None and scan.nan[0] <= first["index"]:
+        return
+    what = "NaN" if math.isnan(first["value"]) else "Inf" if first["value"] > 0 else "-Inf"
+    scan.nan = (min(int(first["index"]), max(len(hist.steps) - 1, 0)), f"{first['key']} is {what}")
+
+
+def _median_loss(hist: History) -> float | None:
+    import numpy as np
+
+    arr = np.frombuffer(hist.loss.data, np.float64) if len(hist.loss) else np.empty(0)
+    arr = arr[(arr != MISSING) & np.isfinite(arr)]
+    return float(np.median(arr)) if len(arr) else None
+
+
+def _walk_nonfinite(hist: History, scan: _Scan) -> None:
+    """Only the first non-finite reading (a guard log: the guard's events are the verdicts)."""
+    import numpy as np
+
+    for series, name in ((hist.loss, "loss"), (hist.grad_norm, "grad norm")):
+        if not len(series):
+            continue
+        arr = np.frombuffer(series.data, np.float64)
+        bad = np.flatnonzero((arr != MISSING) & ~np.isfinite(arr))
+        if len(bad) and (scan.nan is None or int(bad[0]) < scan.nan[0]):
+            scan.nan = (int(bad[0]), name)
 
 
 def _walk_each(
@@ -161,19 +217,21 @@ def _walk_each(
     events name): what :func:`_walk_batch` must equal."""
     stop = math.inf if scan.nan is None else scan.nan[0]
     isfinite = math.isfinite
-    for step, value, gnorm in zip(hist.steps, hist.loss, hist.grad_norm, strict=True):
-        if step > stop:
+    for i, (step, value, gnorm) in enumerate(
+        zip(hist.steps, hist.loss, hist.grad_norm, strict=True)
+    ):
+        if i > stop:
             break
         loss_bad = value is not None and not isfinite(value)
         if loss_bad or (gnorm is not None and not isfinite(gnorm)):
             grad_bad = gnorm is not None and not isfinite(gnorm)
             bad = ("loss",) * loss_bad + ("grad norm",) * grad_bad
-            scan.nan = (step, " and ".join(bad))
+            scan.nan = (i, " and ".join(bad))
             break
         if gnorm is not None:
-            scan.grad(step, gnorm, grad_det.update(gnorm, step))
+            scan.grad(i, gnorm, grad_det.update(gnorm, step))
         if value is not None:
-            scan.loss(step, value, loss_det.update(value, step))
+            scan.loss(i, value, loss_det.update(value, step))
 
 
 _CHUNK = 1 << 12
@@ -197,7 +255,8 @@ def _walk_batch(
         st, lv, gv = steps[a : a + _CHUNK], loss[a : a + _CHUNK], gnorm[a : a + _CHUNK]
         has_l, has_g = lv != MISSING, gv != MISSING
         l_bad, g_bad = has_l & ~np.isfinite(lv), has_g & ~np.isfinite(gv)
-        ends = ((st > stop) | l_bad | g_bad).nonzero()[0]
+        beyond = np.arange(a, a + len(st)) > stop
+        ends = (beyond | l_bad | g_bad).nonzero()[0]
         end = int(ends[0]) if len(ends) else len(st)
         for has, vals, det, take in (
             (has_g, gv, grad_det, scan.grad),
@@ -205,11 +264,11 @@ def _walk_batch(
         ):
             rows = has[:end].nonzero()[0]
             for i, verdict in det.feed(vals[rows], st[rows]):
-                take(float(st[rows[i]]), float(vals[rows[i]]), verdict)
+                take(a + int(rows[i]), float(vals[rows[i]]), verdict)
         if len(ends):
-            if not st[end] > stop:
+            if not beyond[end]:
                 bad = ("loss",) * bool(l_bad[end]) + ("grad norm",) * bool(g_bad[end])
-                scan.nan = (float(st[end]), " and ".join(bad))
+                scan.nan = (a + end, " and ".join(bad))
             return
 
 
@@ -222,7 +281,8 @@ def _usual_gap(steps: Floats) -> float:
     return float(np.partition(gaps, len(gaps) // 2)[len(gaps) // 2]) if len(gaps) else 1.0
 
 
-def _scale_warning(hist: History) -> tuple[float, str] | None:
+def _scale_warning(hist: History) -> tuple[int, str] | None:
+    """(index, what): the loss scale fell to 1 or below, or fp16 overflows keep coming."""
     overflows = [
         e for e in hist.events if e.get("kind") == "overflow" and e.get("step") is not None
     ]
@@ -231,155 +291,139 @@ def _scale_warning(hist: History) -> tuple[float, str] | None:
     for ev in overflows:
         step = float(ev["step"])
         scale = ev.get("scale")
-        if isinstance(scale, (int, float)) and scale <= 1:
-            return step, f"loss scale collapsed to {scale:g}"
+        if ev.get("fell", True) and isinstance(scale, (int, float)) and scale <= 1:
+            return _index(hist, ev), f"loss scale collapsed to {scale:g}"
         if step < 100:
             continue
-        window = [(s, c) for s, c in window if s > step - width] + [
-            (step, float(ev.get("count") or 1))
-        ]
+        count = ev.get("count", 1)  # a fall of the printed scale alone is no overflow more
+        window = [(s, c) for s, c in window if s > step - width] + [(step, float(count or 0))]
         if sum(c for _, c in window) >= SCALE_REPEAT:
-            return step, f"{sum(c for _, c in window):g} fp16 overflows within {width:g} steps"
+            total = sum(c for _, c in window)
+            return _index(hist, ev), f"{total:g} fp16 overflows within {width:g} steps"
     for ev in hist.events:
         if ev.get("kind") == "scaler_collapse" and ev.get("step") is not None:
-            return float(ev["step"]), "guard: loss scale collapsed"
+            return _index(hist, ev), "guard: loss scale collapsed"
     return None
 
 
+def _index(hist: History, ev: dict[str, Any]) -> int:
+    index = ev.get("index")
+    if index is None:
+        index = hist.index_of_step(float(ev["step"]))
+    return min(int(index), max(len(hist.steps) - 1, 0))
+
+
 def _guard(hist: History, found: dict[str, Any]) -> None:
-    """Guard events raise the status: a rollback or a stop is divergence, a loss_spike a spike."""
+    """Guard events raise the status: a rollback or a stop is divergence, a loss_spike a
+    spike, a grad_spike an early warning (the guard's own verdicts, in a guard log)."""
     for ev in hist.events:
-        step = ev.get("step")
-        if not isinstance(step, (int, float)):
+        if not isinstance(ev.get("step"), (int, float)) or "rank" not in ev:
             continue
-        if ev.get("kind") in _GUARD_DIVERGED and found.get("danger_step") is None:
-            found["danger_step"] = float(step)
-        if ev.get("kind") == "loss_spike" and found.get("warning_step") is None:
-            found.update(warning_step=float(step), warning_loss=ev.get("loss"))
+        kind, index = ev.get("kind"), _index(hist, ev)
+        if kind in _GUARD_DIVERGED and found.get("danger") is None:
+            found["danger"] = index
+        if kind == "loss_spike" and found.get("warning") is None:
+            found["warning"], found["warning_loss"] = index, ev.get("loss")
+        if kind == "grad_spike" and found.get("grad_warning") is None:
+            found["grad_warning"], found["grad_warning_norm"] = index, ev.get("grad_norm")
+
+
+_SIGNS = ("warning", "nan", "danger", "precursor", "grad_warning", "scale_warning")
 
 
 def _conclude(
     hist: History, scan: _Scan, level: float | None, cfg: SpikeConfig, lookback: int
 ) -> Timeline:
-    found: dict[str, Any] = {"level": level, "danger_step": scan.danger_step}
+    found: dict[str, Any] = {"level": level, "danger": scan.danger}
     if scan.warning is not None:
-        step, value, base = scan.warning
-        found.update(warning_step=step, warning_loss=value, level=base)
+        at, value, base = scan.warning
+        found.update(warning=at, warning_loss=value, level=base)
     if scan.nan is not None:
-        found.update(nan_step=scan.nan[0], nan_signal=scan.nan[1])
+        found.update(nan=scan.nan[0], nan_signal=scan.nan[1])
     if scan.grad_warning is not None:
-        found.update(grad_warning_step=scan.grad_warning[0], grad_warning_norm=scan.grad_warning[1])
+        found.update(grad_warning=scan.grad_warning[0], grad_warning_norm=scan.grad_warning[1])
     if (scale := _scale_warning(hist)) is not None:
-        found.update(scale_warning_step=scale[0], scale_warning=scale[1])
+        found.update(scale_warning=scale[0], scale_text=scale[1])
     _guard(hist, found)
-    trouble = found.get("warning_step", found.get("nan_step"))
+    steps = hist.steps.data
+    trouble = found.get("warning", found.get("nan"))
     if trouble is not None:
-        onset = _precursor(scan.grad_spikes, trouble, lookback)
+        onset = _precursor(scan.grad_spikes, trouble, steps, lookback)
         if onset is not None:
-            found.update(
-                precursor_step=onset[0],
-                precursor_grad_norm=onset[1],
-                precursor_lead=trouble - onset[0],
-            )
-    signs = (
-        "warning_step",
-        "nan_step",
-        "danger_step",
-        "precursor_step",
-        "grad_warning_step",
-        "scale_warning_step",
-    )
-    first = min((found[k] for k in signs if found.get(k) is not None), default=None)
+            found.update(precursor=onset[0], precursor_grad_norm=onset[1])
+            found["precursor_lead"] = steps[trouble] - steps[onset[0]]
+    first = min((found[k] for k in _SIGNS if found.get(k) is not None), default=None)
     if first is not None:
-        _restart(hist, found, first, lookback)
+        restart(hist, found, first, found["level"], cfg.ratio, lookback)
     status = next(
         (
             s
-            for s, k in (
-                ("nan", "nan_step"),
-                ("diverging", "danger_step"),
-                ("spike", "warning_step"),
-            )
-            if found.get(k) is not None
+            for s, k in (("nan", "nan"), ("diverging", "danger"), ("spike", "warning"))
+            if k in found and found[k] is not None
         ),
-        "warning" if found.get("grad_warning_step") is not None or scale is not None else "healthy",
+        "warning"
+        if found.get("grad_warning") is not None or found.get("scale_warning") is not None
+        else "healthy",
     )
     counts: dict[str, int] = {}
     for ev in hist.events:
         if "rank" in ev:  # a guard's record
             counts[str(ev.get("kind"))] = counts.get(str(ev.get("kind")), 0) + 1
     base = found["level"]
+    when: dict[str, float | None] = {
+        k: (None if found.get(k) is None else steps[found[k]]) for k in _SIGNS
+    }
     return Timeline(
         status=status,
-        steps=len(hist.steps),
+        steps=_distinct(hist.steps),
+        readings=len(hist.steps),
         step_source=hist.step_source,
+        level=base,
         threshold=None if base is None or base <= 0 else cfg.ratio * base,
-        blips=tuple(scan.blips),
-        grad_blips=tuple(scan.grad_blips),
+        warning_step=when["warning"],
+        warning_loss=found.get("warning_loss"),
+        danger_step=when["danger"],
+        nan_step=when["nan"],
+        nan_signal=found.get("nan_signal"),
+        precursor_step=when["precursor"],
+        precursor_grad_norm=found.get("precursor_grad_norm"),
+        precursor_lead=found.get("precursor_lead"),
+        grad_warning_step=when["grad_warning"],
+        grad_warning_norm=found.get("grad_warning_norm"),
+        scale_warning_step=when["scale_warning"],
+        scale_warning=found.get("scale_text"),
+        blips=tuple(steps[i] for i in scan.blips),
+        grad_blips=tuple(steps[i] for i in scan.grad_blips),
+        restart_step=found.get("restart_step"),
+        restart_from=found.get("restart_from"),
+        restart_lr=found.get("restart_lr"),
+        lr_raised_step=found.get("lr_raised_step"),
+        suggested_lr=found.get("suggested_lr"),
         guard_events=counts,
         notes=tuple(hist.notes),
-        **found,
     )
 
 
+def _distinct(steps: Floats) -> int:
+    import numpy as np
+
+    if not len(steps):
+        return 0
+    arr = np.frombuffer(steps.data, np.float64)
+    if bool(np.all(arr[1:] >= arr[:-1])):
+        return int(np.count_nonzero(arr[1:] != arr[:-1])) + 1
+    return int(np.unique(arr).size)
+
+
 def _precursor(
-    spikes: list[tuple[float, float]], trouble: float, gap: int
-) -> tuple[float, float] | None:
+    spikes: list[tuple[int, float]], trouble: int, steps: array[float], gap: int
+) -> tuple[int, float] | None:
     """Onset of the run of grad-norm spikes leading into the trouble (no gap over ``gap`` steps)."""
     onset = None
-    for step, gnorm in reversed(spikes):
-        if step >= trouble:  # the same step is no early warning
+    for i, gnorm in reversed(spikes):
+        if i >= trouble or steps[i] >= steps[trouble]:  # the same step is no early warning
             continue
-        if step < (trouble if onset is None else onset[0]) - gap:
+        if steps[i] < steps[trouble if onset is None else onset[0]] - gap:
             break
-        onset = (step, gnorm)
+        onset = (i, gnorm)
     return onset
-
-
-def _checkpoints(hist: History) -> list[float]:
-    out = []
-    for ev in hist.events:
-        if ev.get("kind") != "checkpoint":
-            continue
-        at = ev.get(
-            "at_step", ev.get("step")
-        )  # the guard's checkpoint holds the state before at_step
-        if isinstance(at, (int, float)):
-            out.append(float(at))
-    return out
-
-
-def _finite_lrs(hist: History, end: int) -> Iterator[tuple[float, float]]:
-    """``(step, lr)`` of the readings before position ``end`` with a finite LR, last first."""
-    steps, lrs = hist.steps.data, hist.lr.data
-    for i in range(end - 1, -1, -1):
-        lr = lrs[i]
-        if lr != MISSING and math.isfinite(lr):
-            yield steps[i], lr
-
-
-def _restart(hist: History, found: dict[str, Any], first_sign: float, lookback: int) -> None:
-    steps = hist.steps.data  # sorted, one per step
-    before = bisect.bisect_left(steps, first_sign)
-    good = [c for c in _checkpoints(hist) if c < first_sign]
-    if not before and not good:
-        return
-    restart = max(good) if good else steps[before - 1]
-    found["restart_step"] = restart
-    found["restart_from"] = "checkpoint" if good else "last healthy step"
-    # A guard checkpoint "at step N" holds the state before step N ran: its LR is step N-1's.
-    end = (bisect.bisect_left if good else bisect.bisect_right)(steps, restart)
-    lrs = _finite_lrs(hist, end)
-    last = next(lrs, None)
-    if last is None:
-        return
-    stable = last[1]
-    s, b = last
-    for prev_step, a in lrs:
-        if s < first_sign - lookback:
-            break
-        if a > 0 and b >= _LR_JUMP * a:
-            stable, found["lr_raised_step"] = a, s
-            break
-        s, b = prev_step, a
-    found.update(restart_lr=stable, suggested_lr=stable / 2)

@@ -205,7 +205,7 @@ def _notable(
     out = []
     for i, (v, s) in enumerate(zip(values, steps, strict=True)):
         verdict = det.update(v, s)
-        if verdict.kind not in ("ok", "warmup") or verdict.recovered:
+        if verdict.kind not in ("ok", "warmup") or verdict.recovered or verdict.rebased:
             out.append((i, verdict))
     return out
 

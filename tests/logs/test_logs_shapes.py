@@ -273,12 +273,14 @@ def test_yolo_evaluation_is_the_sum_of_the_same_components(tmp_path):
     assert hist.eval_loss[0] == pytest.approx(run.loss[0] * 0.03 * 1.1, rel=1e-4)
 
 
-def test_a_restarted_text_log_keeps_the_first_reading_of_each_step(tmp_path):
+def test_a_restarted_text_log_keeps_every_reading_in_log_order(tmp_path):
     lines = [f"step {s} loss {2 + s / 1000}" for s in range(0, 50)]
     lines += [f"step {s} loss {3 + s / 1000}" for s in range(30, 60)]  # resumed from step 30
     hist = _logs.read_history(tr.write(tmp_path / "t.log", "\n".join(lines)))
-    assert hist.steps == [float(s) for s in range(60)]
-    assert hist.loss[40] == pytest.approx(2.04) and hist.loss[55] == pytest.approx(3.055)
+    assert hist.steps == [float(s) for s in range(50)] + [float(s) for s in range(30, 60)]
+    assert hist.loss[40] == pytest.approx(2.04) and hist.loss[50] == pytest.approx(3.03)
+    assert hist.keys["step"] == "step"
+    assert any("goes back 1 time(s) (first from 49 to 30)" in n for n in hist.notes)
 
 
 def test_lightning_csv_logger_step_and_epoch_variants(tmp_path):

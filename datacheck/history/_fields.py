@@ -1,0 +1,262 @@
+"""The numbers of one text-log line, under the names the line gives them.
+
+Trainers print a value after its name (``loss 2.3``, ``loss=2.3``, ``loss: 2.3``, ``lm loss:
+2.3``, ``Loss is Infinity``, ``Cost 3.14``, ``Learning Rate 1e-05``, ``lr=[9.6e-06, ...]``,
+printed dicts), a counter after its name with its total (``iteration 5/ 1000``, ``Epoch
+[1/5]``, ``Epoch:[0/2]``, ``[step=8/100,epoch=0]``), a counter before its name (``06000 iter``,
+``15000/  300000 steps``, ESPnet's ``1epoch:train:101-200batch``), bare in brackets (CLU's
+``[1000] loss=..``, ``Epoch:[0/2](7000/293491)``, timm's ``Train: 3 [ 100/1251 ( 8%)]``), in a
+progress bar (``45%|####| 45/100 [``), or in columns (a headerless ``76930 2.6496577``, or
+rows under a header line of names: YOLOv5, fastai, MLX-LM).  Each is a field here; which one is
+the step, the loss and the rest is decided later from what the columns do
+(:mod:`datacheck.history._counters`, :mod:`datacheck.history._keys`).
+
+Every pattern is anchored or possessive, so no line makes the parser backtrack quadratically.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from datacheck.history._table import fields_of, norm_key
+
+__all__ = ["Found", "TableHeader", "line_fields", "table_row"]
+
+Found = dict[str, tuple[float, int]]
+"""Values by normalised key, with where the value starts in the line (-1: not known)."""
+
+_E = r"(?:[eE][-+]?+\d++)?+"
+_NAN = r"[nN][aA][nN]"
+_INF = r"[iI][nN][fF](?:[iI][nN][iI][tT][yY])?+"
+_GLUED = r"(?<=\d)(?=[A-Z][a-z])"
+"""A number glued to the capitalised word after it (``44.4110Batch``) still ends there."""
+NUM = rf"(?>[-+]?+(?:(?:\d++(?:\.\d*+)?+|\.\d++){_E}|(?-i:{_NAN}|{_INF})))(?:(?!\w|\.\w)|{_GLUED})"
+"""A number as ``float()`` reads it (``nan``/``inf`` in any ASCII case: never a dotless ``ı``,
+which ``re.IGNORECASE`` would take for an ``i``)."""
+_QUAL = r"(?:(?:train|training|val|valid|validation|eval|test|lm)\s++)?+"
+_TWO_WORDS = r"learning\s++rate|gradient\s++norm|grad\s++norm|loss\s++scale"
+_PAIR = re.compile(
+    rf"(?<![\w./-])({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"
+    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+)?+({NUM})(?:\s*+/\s*+(\d++))?+",
+    re.IGNORECASE,
+)
+_NUM_AT = re.compile(rf"\s*+[\[(]?+\s*+({NUM})(?:\s*+/\s*+(\d++))?+", re.IGNORECASE)
+_WORDY_KEY = re.compile(r"\s*+[A-Za-z_(][\w./()-]*+(?:\s++[A-Za-z_(][\w./()-]*+)*+\s*+")
+_QUOTED_PAIR = re.compile(rf"['\"]([A-Za-z_][^'\"]*+)['\"]\s*+:\s*+'?({NUM})", re.IGNORECASE)
+_SEGMENTS = re.compile(r"\s[|,]\s?|,\s|\t|\.\s(?=[A-Z])")
+_BARE = re.compile(r"[\[(]\s*+(\d++)(?:\s*+/\s*+(\d++))?+(?=\s*+[\])]|\s++\()")
+"""A counter bare in brackets: ``[1000]``, ``(7000/293491)``, ``[ 100/1251 ( 8%)]``."""
+_BEFORE = re.compile(
+    r"(?<![\w.])(\d++)(?:\s*+([-/])\s*+(\d++))?+(\s?)(epochs?|iters?|iterations?|steps?"
+    r"|updates?|batch(?:es)?)(?![A-Za-z])",
+    re.IGNORECASE,
+)
+"""A counter before its word: ``06000 iter``, ``15000/ 300000 steps``, ``101-200batch``."""
+_BAR = re.compile(r"\d++%\|[^|\n]*+\|\s*+(\d++)/(\d++)\s*+\[")
+"""A tqdm bar: ``45%|####5     | 45/100 [``."""
+_LEADING = re.compile(r"\s*+(\d++)\|(\d++)\|(?=[A-Za-z])")
+"""torchtune's bar description ``1|25|Loss: 2.34``: epoch and global step, bare."""
+
+
+def _wordy(segment: str) -> tuple[str, int] | None:
+    """``lm loss: 2.3`` / ``Current learning rate is 0.04``: a key of several words."""
+    for sep in (":", " is "):
+        at = segment.find(sep)
+        if at <= 0:
+            continue
+        key = segment[:at]
+        if " " in key.strip() and _WORDY_KEY.fullmatch(key):
+            num = _NUM_AT.match(segment, at + len(sep))
+            if num is not None:
+                return key.strip(), at + len(sep)
+    return None
+
+
+def _dict_line(text: str) -> dict[str, Any] | None:
+    """A printed dict (Hugging Face Trainer: ``{'loss': '2.41', 'grad_norm': nan, ...}``)."""
+    try:
+        rec = ast.literal_eval(text)  # literals only, never eval
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        pairs = _QUOTED_PAIR.findall(text)  # bare nan/inf are no Python literals
+        return {k: v for k, v in pairs} or None
+    return rec if isinstance(rec, dict) else None
+
+
+def _segments(line: str) -> list[tuple[int, str]]:
+    out, start = [], 0
+    for m in _SEGMENTS.finditer(line):
+        out.append((start, line[start : m.start()]))
+        start = m.end()
+    out.append((start, line[start:]))
+    return out
+
+
+def _put(row: Found, key: str, value: float, at: int, total: str | None, total_at: int) -> None:
+    if key in row:
+        return
+    row[key] = (value, at)
+    if total is not None:
+        row.setdefault(key + "_total", (float(total), total_at))
+
+
+def _dict_fields(text: str) -> Found | None:
+    at = max(text.rfind("{'"), text.rfind('{"'))
+    if at > 0 and text.endswith("}"):
+        text = text[at:]  # a printed dict after a progress bar's last redraw or a log prefix
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    rec = _dict_line(text)
+    if rec is None:
+        return None
+    row: Found = {}
+    for key, value in rec.items():
+        for k, num in fields_of(str(key), value):
+            row.setdefault(k, (num, -1))
+    return row
+
+
+def line_fields(line: str) -> Found:
+    """Every named number of a line (see the module docstring)."""
+    text = line.strip()
+    if "{" in text and (row := _dict_fields(text)) is not None:
+        return row
+    row = {}
+    used: set[int] = set()
+    low = line.lower()
+    counter_words = any(w in low for w in _COUNTER_WORDS)
+    if counter_words:  # glued to its word (``1epoch``, ``101-200batch``): before any pair
+        _before(line, row, used, glued=True)
+    for start, segment in _segments(line):
+        at = 0
+        wordy = _wordy(segment)
+        if wordy is not None:
+            key, at = wordy
+            m = _NUM_AT.match(segment, at)
+            assert m is not None
+            if start + m.start(1) not in used:
+                _put(row, norm_key(key), float(m.group(1)), start + m.start(1), m.group(2), -1)
+                used.add(start + m.start(1))
+            at = m.end()
+        for m in _PAIR.finditer(segment, at):
+            value_at = start + m.start(2)
+            if value_at in used:
+                continue
+            total_at = start + m.start(3) if m.group(3) else -1
+            _put(row, norm_key(m.group(1)), float(m.group(2)), value_at, m.group(3), total_at)
+            used.add(value_at)
+    if counter_words:
+        _before(line, row, used, glued=False)
+    _bare(line, row, used)
+    return row
+
+
+_COUNTER_WORDS = ("epoch", "iter", "step", "update", "batch")
+
+
+def _before(line: str, row: Found, used: set[int], *, glued: bool) -> None:
+    """Counters before their word: glued (``1epoch``, ``101-200batch``, read before the pairs
+    so ``train:101`` is not one) or spaced (``06000 iter``, after the pairs, so the ``5`` of
+    ``Epoch 5 step 100`` stays the epoch's)."""
+    for m in _BEFORE.finditer(line):
+        if m.start(1) in used or (m.group(4) == "") != glued:
+            continue
+        word = norm_key(m.group(5))
+        used.add(m.start(1))
+        if m.group(2) == "-":  # a range of batches: the reading is at its end
+            _put(row, word, float(m.group(3)), -1, None, -1)
+        else:
+            _put(row, word, float(m.group(1)), m.start(1), m.group(3), m.start(3))
+
+
+def _bare(line: str, row: Found, used: set[int]) -> None:
+    """Counters bare: torchtune's leading ``1|25|``, in brackets, in a progress bar."""
+    if (m := _LEADING.match(line)) is not None:
+        _put(row, "column_1", float(m.group(1)), m.start(1), None, -1)
+        _put(row, "column_2", float(m.group(2)), m.start(2), None, -1)
+    if "[" in line or "(" in line:
+        k = 0
+        for m in _BARE.finditer(line):
+            if m.start(1) in used:
+                continue
+            k += 1
+            at = m.start(2) if m.group(2) else -1
+            _put(row, f"bracket_{k}", float(m.group(1)), m.start(1), m.group(2), at)
+    if "%|" in line and (m := _BAR.search(line)) is not None:
+        _put(row, "bar", float(m.group(1)), m.start(1), m.group(2), m.start(2))
+
+
+# -- columns: a headerless table, or rows under a header line of names -------------------
+
+_CELL = re.compile(
+    r"([-+]?+(?:\d++(?:,\d{3})*+(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+|[-+]?+(?:nan|inf))"
+    r"(?:(/\d++)|(:\d\d(?::\d\d)?+)|([A-Za-z%]{1,3}))?+",
+    re.IGNORECASE,
+)
+_NAME = re.compile(r"[A-Za-z_][\w/@.%()-]*+")
+_SPLIT = re.compile(r"[\s|]++|,(?!\d{3}(?![\d.]))\s*+")
+_TQDM_TAIL = re.compile(r":?\s*+\d++%\|")
+_SYMBOLS = re.compile(r"[^\w.+-]++")
+_ROW_CHARS = 4096
+"""Longer lines are no rows of a table (and are not split into cells)."""
+
+
+class TableHeader:
+    """A header line of names (``Epoch GPU_mem box_loss ...``) for the rows of numbers under it."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+
+def header_of(line: str) -> TableHeader | None:
+    """The names of a header line: two or more words, no numbers."""
+    if len(line) > _ROW_CHARS:
+        return None
+    cells = [c for c in _SPLIT.split(line.strip()) if c]
+    if len(cells) < 2 or len(cells) > 64 or not all(_NAME.fullmatch(c) for c in cells):
+        return None
+    return TableHeader([norm_key(c) for c in cells])
+
+
+def table_row(line: str, header: TableHeader | None) -> Found | None:
+    """A row of numbers only (a progress bar's tail aside), named by ``header`` when it has as
+    many cells, else ``column_1``, ``column_2``, ...; ``None`` when the line is not one."""
+    if len(line) > _ROW_CHARS:
+        return None
+    body = line
+    if "%|" in line and (tail := _TQDM_TAIL.search(line)) is not None:
+        body = line[: tail.start()]
+    cells: list[tuple[str, int]] = []
+    pos = 0
+    for piece in _SPLIT.split(body):
+        at = body.find(piece, pos) if piece else pos
+        pos = at + len(piece)
+        if not piece or _SYMBOLS.fullmatch(piece):
+            continue  # an arrow, a bar: no cell
+        cells.append((piece, at))
+    if len(cells) < 2 or len(cells) > 64:
+        return None
+    values: list[tuple[float | None, int, str | None, int]] = []
+    for piece, at in cells:
+        m = _CELL.fullmatch(piece)
+        if m is None:
+            return None
+        ratio, clock, unit = m.group(2), m.group(3), m.group(4)
+        number = m.group(1).replace(",", "")
+        plain = ratio is None and clock is None and unit is None and "," not in m.group(1)
+        value = None if clock is not None or unit is not None else float(number)
+        total = ratio[1:] if ratio is not None else None
+        values.append((value, at if plain or ratio else -1, total, -1))
+    names = (
+        header.names
+        if header is not None and len(header.names) == len(values)
+        else [f"column_{i}" for i in range(1, len(values) + 1)]
+    )
+    row: Found = {}
+    for name, (value, at, total, _) in zip(names, values, strict=True):
+        if value is not None:
+            _put(row, name, value, at, total, -1)
+    return row or None
