@@ -28,19 +28,32 @@ from typing import IO, Any
 
 from datacheck.errors import InputError
 
-__all__ = ["JsonlWriter", "iter_records", "json_safe", "read_records", "repair_tail"]
+__all__ = [
+    "TOO_DEEP",
+    "JsonlWriter",
+    "iter_records",
+    "json_safe",
+    "read_records",
+    "repair_tail",
+]
 
 _TAIL_CHUNK = 1 << 16
 
 
 def iter_records(
-    path: str | os.PathLike[str], *, skip_bad: bool = False
+    path: str | os.PathLike[str],
+    *,
+    skip_bad: bool = False,
+    too_deep: list[int] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, record)`` for each record of a JSON Lines file of ours.
 
     Args:
         path: the file.
         skip_bad: skip damaged lines instead of raising (a torn last line is always dropped).
+        too_deep: where to list the line numbers of records nested deeper than Python's
+            recursion limit lets ``json`` decode: they are skipped, not damage (without it
+            they are damage like any line that does not parse).
 
     Raises:
         InputError: a line other than the last is not a JSON object (unless ``skip_bad``).
@@ -54,6 +67,9 @@ def iter_records(
             if bad is not None and not skip_bad:
                 raise InputError(f"'{os.fspath(path)}', line {bad[0]}: not JSON ({bad[1]})")
             rec, error = _parse(line)
+            if rec is None and error == TOO_DEEP and too_deep is not None:
+                too_deep.append(n)
+                continue
             bad = None if rec is not None else (n, error)
             if rec is not None:
                 yield n, rec
@@ -64,11 +80,16 @@ def read_records(path: str | os.PathLike[str], *, skip_bad: bool = False) -> lis
     return [rec for _, rec in iter_records(path, skip_bad=skip_bad)]
 
 
+TOO_DEEP = "nested deeper than Python's recursion limit lets json decode"
+
+
 def _parse(line: str) -> tuple[dict[str, Any] | None, str]:
     try:
         rec = json.loads(line)
     except ValueError as exc:
         return None, getattr(exc, "msg", str(exc))
+    except RecursionError:
+        return None, TOO_DEEP
     return (rec, "") if isinstance(rec, dict) else (None, f"a {type(rec).__name__}, not an object")
 
 

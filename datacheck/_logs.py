@@ -19,10 +19,17 @@ def _s(step: float | None) -> str:
     return "-" if step is None else f"{step:g}"
 
 
+_ROLES = (("step", "step"), ("loss", "loss"), ("grad_norm", "grad norm"), ("lr", "lr"))
+
+
 def _header(hist: History, tl: Timeline) -> list[str]:
     keys = ", ".join(f"{k}={v}" for k, v in hist.keys.items() if v)
     evals = f", {len(hist.eval_steps)} eval readings" if hist.eval_steps else ""
-    lines = [f"{hist.source}: {hist.format}, {tl.steps} steps{evals} ({keys})"]
+    more = f", {tl.readings} readings" if tl.readings != tl.steps else ""
+    lines = [f"{hist.source}: {hist.format}, {tl.steps} steps{more}{evals} ({keys})"]
+    for role, name in _ROLES:
+        if hist.reasons.get(role):
+            lines.append(f"  read {name:<9} {hist.reasons[role]}")
     lines += [f"note: {n}" for n in tl.notes]
     lines.append(f"status: {tl.status}")
     if tl.level is not None:

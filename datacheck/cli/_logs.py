@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
                         "source": hist.source,
                         "format": hist.format,
                         "keys": hist.keys,
+                        "reasons": hist.reasons,
                         "eval_readings": len(hist.eval_steps),
                         **asdict(tl),
                     }

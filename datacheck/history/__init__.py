@@ -41,6 +41,8 @@ def sniff(path: Path) -> str:
         first = next((line for line in fh if line.strip()), b"")
     try:  # a printed config or a Hugging Face Trainer dict starts with "{" too
         return "jsonl" if isinstance(json.loads(first), dict) else "text"
+    except RecursionError:
+        return "jsonl"  # an object nested too deep to decode: the reader says so per record
     except ValueError:
         return "text"
 

@@ -38,7 +38,7 @@ which ``re.IGNORECASE`` would take for an ``i``)."""
 _QUAL = r"(?:(?:train|training|val|valid|validation|eval|test|lm)\s++)?+"
 _TWO_WORDS = r"learning\s++rate|gradient\s++norm|grad\s++norm|loss\s++scale"
 _PAIR = re.compile(
-    rf"(?<![\w./-])({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"
+    rf"(?:(?<![\w./-])|{_GLUED})({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"
     rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+)?+({NUM})(?:\s*+/\s*+(\d++))?+",
     re.IGNORECASE,
 )

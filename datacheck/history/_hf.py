@@ -13,7 +13,7 @@ from typing import Any
 
 from datacheck.errors import InputError
 from datacheck.history._jsonl import flatten
-from datacheck.history._table import Columns, Table, norm_key, to_float
+from datacheck.history._table import Columns, Table, fields_of
 
 __all__ = ["is_trainer_state", "read_trainer_state"]
 
@@ -33,6 +33,11 @@ def read_trainer_state(path: Path, keep: set[str]) -> Table:
         state: Any = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise InputError(f"'{path}': not JSON ({exc}); is it a trainer_state.json?") from exc
+    except RecursionError as exc:
+        raise InputError(
+            f"'{path}': nested deeper than Python's recursion limit lets json decode; "
+            "is it a trainer_state.json?"
+        ) from exc
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise InputError(f"'{path}': no log_history list (is it a trainer_state.json?)")
@@ -43,7 +48,8 @@ def read_trainer_state(path: Path, keep: set[str]) -> Table:
         row = {
             k: num
             for key, value in flatten(rec).items()
-            if table.train.wanted(k := norm_key(key)) and (num := to_float(value)) is not None
+            for k, num in fields_of(key, value)
+            if table.train.wanted(k)
         }
         table.add_row(row)
     return table

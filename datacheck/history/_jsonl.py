@@ -13,36 +13,44 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from datacheck._jsonl import iter_records
+from datacheck._jsonl import TOO_DEEP, iter_records
 from datacheck.errors import InputError
-from datacheck.history._table import Columns, Table, norm_key, to_float
+from datacheck.history._table import Columns, Table, fields_of, to_float
 
 __all__ = ["flatten", "read_jsonl"]
 
+_SHOWN = 10
+"""Line numbers listed in a note about skipped records (the count says how many more)."""
 _NOT_MODEL_NUMBERS = frozenset({"scaler_overflow", "scaler_skip", "data_skip"})
 
 
 def flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}``."""
+    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}``, in key order, without recursion (any depth)."""
     out: dict[str, Any] = {}
-    for key, value in obj.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}/"))
-        else:
+    stack: list[tuple[str, Iterator[tuple[Any, Any]]]] = [(prefix, iter(obj.items()))]
+    while stack:
+        at, items = stack[-1]
+        for key, value in items:
+            name = f"{at}{key}"
+            if isinstance(value, dict):
+                stack.append((f"{name}/", iter(value.items())))
+                break
             out[name] = value
+        else:
+            stack.pop()
     return out
 
 
 def _numbers(rec: dict[str, Any], cols: Columns) -> dict[str, float]:
     row: dict[str, float] = {}
     for key, value in flatten(rec).items():
-        k = norm_key(key)
-        if cols.wanted(k) and (num := to_float(value)) is not None:
-            row.setdefault(k, num)
+        for k, num in fields_of(key, value):
+            if cols.wanted(k):
+                row.setdefault(k, num)
     if rec.get("kind") in _NOT_MODEL_NUMBERS or rec.get("action") in _NOT_MODEL_NUMBERS:
         row = {k: v for k, v in row.items() if math.isfinite(v)}
     return row
@@ -69,8 +77,8 @@ def _marks(path: Path) -> tuple[int, list[tuple[int, float]], list[tuple[int, fl
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
-                continue  # a damaged line: the second pass says where
+            except (ValueError, RecursionError):
+                continue  # a damaged or too deep line: the second pass says where
             if not isinstance(rec, dict):
                 continue
             if rec.get("kind") == "resume" and (at := to_float(rec.get("step"))) is not None:
@@ -111,8 +119,9 @@ def read_jsonl(path: Path, keep: set[str]) -> Table:
     skip_check = _Replayed(resumes)
     skipped = {step for n, step in skip_marks if not skip_check(n, step)}
     previous: tuple[Any, ...] | None = None
+    deep: list[int] = []
     try:
-        for n, rec in iter_records(path):
+        for n, rec in iter_records(path, too_deep=deep):
             if n > last:  # the file grew since the first pass
                 break
             if replayed(n, to_float(rec.get("step"))):
@@ -131,4 +140,9 @@ def read_jsonl(path: Path, keep: set[str]) -> Table:
             table.add_row(row)
     except InputError as exc:
         raise InputError(f"{exc}; is it a text log?") from exc
+    shown = ", ".join(map(str, deep[:_SHOWN])) + (
+        f" and {len(deep) - _SHOWN} more" if len(deep) > _SHOWN else ""
+    )
+    if deep:
+        table.notes.append(f"{len(deep)} record(s) skipped, {TOO_DEEP} (line {shown})")
     return table

@@ -165,7 +165,9 @@ def _loss(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
         most = max(present.values())
         parts = sorted(k for k in of_kind if present[k] >= 0.9 * most)
         if len(parts) > 1:
-            return tuple(parts), False, "the sum of the loss components printed together"
+            left = sorted(set(keys) - set(parts))
+            why = f"{'+'.join(parts)}: the sum of the loss components printed together"
+            return tuple(parts), False, why + (f" ({', '.join(left)} passed over)" if left else "")
     key = _most(cols, of_kind)
     return (
         (key,),

@@ -54,8 +54,10 @@ def _finite_lrs(hist: History, end: int) -> Iterator[tuple[float, float]]:
 
 def _on_plateau(hist: History, first: int, level: float | None, ratio: float) -> int:
     """The last reading before ``first`` not already off the plateau (-1: none)."""
-    losses = hist.loss.data
+    losses, steps = hist.loss.data, hist.steps.data
     j = first - 1
+    while j >= 0 and first < len(steps) and steps[j] == steps[first]:
+        j -= 1  # an earlier reading of the trouble's own step is no step before it
     if level is None or not level > 0:
         return j
     off = level * (1 + (ratio - 1) / 2)

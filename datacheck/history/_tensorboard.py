@@ -2,16 +2,22 @@
 
 A folder is searched for ``events.out.tfevents.*`` files (a resumed run writes a new file; one
 run may also log into sub-folders such as ``train/`` and ``val/``, whose names prefix the
-tags).  Scalars are merged by step; for a step logged by several files the newest file (by its
-name's timestamp, then its path) wins, because a resumed run rewrites the steps after its
-checkpoint; within one file the last reading of a step wins.
+tags).  **Every reading is kept, in the order written** (files oldest first, by the timestamp
+in their names, then their paths; records in file order), as TensorBoard's own
+``EventAccumulator`` keeps them: a step logged twice keeps both readings, a resumed run that
+logs its steps again keeps both attempts.  Where the writer marked a restart
+(``SummaryWriter(purge_step=S)`` writes a ``SessionLog.START`` at step S), the readings of
+steps >= S written before it are dropped, as TensorBoard drops them.  Readings of one step are
+aligned into rows by their order within the step (the k-th loss of a step with the k-th grad
+norm of it).
 
 An event file is TFRecord-framed ``Event`` protos (tensorflow/core/util/event.proto), read
 through :mod:`datacheck._tfrecord` with both checksums checked.  A scalar is a
 ``Summary.Value`` with ``simple_value`` (PyTorch's ``SummaryWriter``, TF1) or a one-element
 tensor of a tag whose metadata names the ``scalars`` plugin (TF2's ``tf.summary.scalar``,
 Keras); other values (images, histograms, text) are skipped undecoded.  Readings are kept as
-``int64`` steps and ``float64`` values in arrays: 16 bytes a reading while reading.
+``int64`` steps, ``float64`` values and their ``int64`` order in arrays: 24 bytes a reading
+while reading.
 
 Damage is never skipped silently: it becomes a note of the history (``note:`` in the output),
 naming the file and the record's byte offset.  A last record cut short (a run still writing)
@@ -154,7 +160,11 @@ class _FileReader:
 
     def __init__(self, path: Path, prefix: str, wanted: Columns) -> None:
         self.path, self.prefix, self.wanted = path, prefix, wanted
-        self.series: dict[str, tuple[array[int], array[float]]] = {}
+        self.series: dict[str, tuple[array[int], array[float], array[int]]] = {}
+        self.seq = 0
+        """Readings kept so far by every file (their order in the run, across keys)."""
+        self.starts: list[tuple[int, int]] = []
+        """``SessionLog.START`` events: (readings kept before it, its step)."""
         self.keys: dict[bytes, str | None] = {}  # tag -> the key kept, or None (not wanted)
         self.plugins: dict[bytes, bytes] = {}  # tag -> plugin, from the first metadata seen
         self.damaged: dict[str, list[int]] = {}  # reason -> byte offsets
@@ -191,11 +201,13 @@ class _FileReader:
         return None
 
     def _keep(self, key: str, step: int, reading: float) -> None:
-        steps, values = self.series.get(key) or self.series.setdefault(
-            key, (array("q"), array("d"))
+        steps, values, seq = self.series.get(key) or self.series.setdefault(
+            key, (array("q"), array("d"), array("l"))
         )
         steps.append(step)
         values.append(reading)
+        seq.append(self.seq)
+        self.seq += 1
 
     def event(self, record: bytes | memoryview) -> None:
         """Keep the wanted scalars of one ``Event``; ValueError if it does not decode."""
@@ -204,12 +216,16 @@ class _FileReader:
             if (key := self._key(tag)) is not None:
                 self._keep(key, step, float(_F32.unpack(simple)[0]))
             return
-        step, summary = 0, None
+        step, summary, start = 0, None, False
         for num, wire, value in fields(record):
             if num == 2 and wire == 0:
                 step = value - (1 << 64) if value >= 1 << 63 else value
             elif num == 5 and wire == 2:
                 summary = value
+            elif num == 7 and wire == 2:  # session_log: status 1 is START
+                start = any(n == 1 and w == 0 and v == 1 for n, w, v in fields(value))
+        if start:
+            self.starts.append((self.seq, step))
         if summary is not None:  # all of the event's values or none of them
             found = [self._value(v) for num, wire, v in fields(summary) if num == 1 and wire == 2]
             for key, reading in filter(None, found):
@@ -257,20 +273,37 @@ class _FileReader:
             )
 
 
-def _merged(parts: list[tuple[array[int], array[float]]]) -> tuple[np.ndarray, np.ndarray]:
-    """One key's readings from every file (oldest first), by step, the newest reading of a
-    step kept (a stable sort keeps file order within a step)."""
-    if len(parts) == 1:  # no copy when the steps only go up (one file, as written)
-        steps, values = np.frombuffer(parts[0][0], np.int64), np.frombuffer(parts[0][1])
-        if bool((steps[1:] > steps[:-1]).all()):
-            return steps, values
-    steps = np.concatenate([np.frombuffer(s, np.int64) for s, _ in parts])
-    values = np.concatenate([np.frombuffer(v, np.float64) for _, v in parts])
-    order = np.argsort(steps, kind="stable")
-    steps, values = steps[order], values[order]
-    last = np.ones(len(steps), bool)
-    last[:-1] = steps[1:] != steps[:-1]
-    return steps[last], values[last]
+Series = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""Readings by key: (steps ``int64``, values ``float64``, order in the run ``int64``)."""
+
+
+def _joined(
+    parts: list[tuple[array[int], array[float], array[int]]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One key's readings from every file, oldest file first (no copy for one file)."""
+    if len(parts) == 1:
+        steps, values, seq = parts[0]
+        return np.frombuffer(steps, np.int64), np.frombuffer(values), np.frombuffer(seq, np.int64)
+    return (
+        np.concatenate([np.frombuffer(p[0], np.int64) for p in parts]),
+        np.concatenate([np.frombuffer(p[1], np.float64) for p in parts]),
+        np.concatenate([np.frombuffer(p[2], np.int64) for p in parts]),
+    )
+
+
+def _purged(series: Series, starts: list[tuple[int, int]]) -> tuple[Series, int]:
+    """Drop the readings a later ``SessionLog.START`` at step S replaces (written before it,
+    of steps >= S), as TensorBoard does; returns the readings left and how many went."""
+    if not starts:
+        return series, 0
+    out, dropped = {}, 0
+    for key, (steps, values, seq) in series.items():
+        keep = np.ones(len(steps), bool)
+        for before, step in starts:
+            keep &= ~((seq < before) & (steps >= step))
+        dropped += int((~keep).sum())
+        out[key] = (steps[keep], values[keep], seq[keep])
+    return out, dropped
 
 
 def _array(values: np.ndarray) -> array[float]:
@@ -279,28 +312,56 @@ def _array(values: np.ndarray) -> array[float]:
     return out
 
 
-def _columns(cols: Columns, series: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Fill ``cols`` with one row per step any key has, ``MISSING`` where a key has none; keys
-    in the order a row-by-row reader meets them (by first step, then as first read)."""
+def _aligned(series: Series) -> bool:
+    """Every key logged at the same steps, each step once, rising: one row per step as is."""
+    first = next(iter(series.values()))[0]
+    return bool((first[1:] > first[:-1]).all()) and all(
+        np.array_equal(at, first) for at, _, _ in series.values()
+    )
+
+
+def _columns(cols: Columns, series: Series) -> None:
+    """Fill ``cols`` with one row per step reading: readings of one step are aligned by their
+    order within the step, rows come in the order they were written; ``MISSING`` where a key
+    has no reading in a row; keys in the order a row-by-row reader meets them."""
     if not series:
         return
-    first = next(iter(series.values()))[0]
-    if all(np.array_equal(at, first) for at, _ in series.values()):  # logged together
-        steps = first
-    else:
-        steps = np.unique(np.concatenate([s for s, _ in series.values()]))
     seen = list(series)
-    keys = sorted(seen, key=lambda k: (int(series[k][0][0]), seen.index(k)))
-    cols.cols["step"] = _array(steps.astype(np.float64))
+    keys = sorted(seen, key=lambda k: (int(series[k][2][0]), seen.index(k)))
+    if _aligned(series):
+        steps = next(iter(series.values()))[0]
+        cols.cols["step"] = _array(steps.astype(np.float64))
+        for key in keys:
+            cols.cols[key] = _array(series[key][1])
+        cols.n = len(steps)
+        return
+    st = np.concatenate([series[k][0] for k in keys])
+    seq = np.concatenate([series[k][2] for k in keys])
+    kid = np.concatenate([np.full(len(series[k][0]), i) for i, k in enumerate(keys)])
+    order = np.lexsort((seq, st, kid))  # by key, step, then as written
+    new = np.ones(len(st), bool)
+    new[1:] = (st[order][1:] != st[order][:-1]) | (kid[order][1:] != kid[order][:-1])
+    starts = np.maximum.accumulate(np.where(new, np.arange(len(st)), 0))
+    occ = np.empty(len(st), np.int64)
+    occ[order] = np.arange(len(st)) - starts  # the k-th reading of its key at its step
+    pairs, row = np.unique(np.stack([st, occ], axis=1), axis=0, return_inverse=True)
+    row = row.reshape(-1)
+    first = np.full(len(pairs), np.iinfo(np.int64).max)
+    np.minimum.at(first, row, seq)
+    rank = np.empty(len(pairs), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(pairs))
+    at = rank[row]
+    step_col = np.empty(len(pairs))
+    step_col[at] = st
+    cols.cols["step"] = _array(step_col)
+    offset = 0
     for key in keys:
-        at, values = series[key]
-        if len(at) == len(steps):  # a reading at every step
-            cols.cols[key] = _array(values)
-            continue
-        col = np.full(len(steps), MISSING)
-        col[np.searchsorted(steps, at)] = values
+        n = len(series[key][0])
+        col = np.full(len(pairs), MISSING)
+        col[at[offset : offset + n]] = series[key][1]
         cols.cols[key] = _array(col)
-    cols.n = len(steps)
+        offset += n
+    cols.n = len(pairs)
 
 
 def read_tensorboard(path: Path, keep: set[str]) -> Table:
@@ -309,18 +370,30 @@ def read_tensorboard(path: Path, keep: set[str]) -> Table:
     if not files:
         raise InputError(f"'{path}': no TensorBoard event files (events.out.tfevents.*) in it")
     table = Table("tensorboard", Columns(keep), Columns(keep), counter="step")
-    parts: dict[str, list[tuple[array[int], array[float]]]] = {}
+    parts: dict[str, list[tuple[array[int], array[float], array[int]]]] = {}
+    seq, starts = 0, []
     for file in files:
         prefix = "" if file.parent == path or path.is_file() else file.parent.name + "_"
         reader = _FileReader(file, prefix, table.train)
+        reader.seq = seq
         reader.read()
+        seq = reader.seq
+        starts += reader.starts
         table.notes += reader.notes
         for key, points in reader.series.items():
             parts.setdefault(key, []).append(points)
+    series, dropped = _purged({k: _joined(p) for k, p in parts.items()}, starts)
     if len(files) > 1:
-        table.notes.append(f"{len(files)} event files merged by step")
-    train = {k: _merged(p) for k, p in parts.items() if not (is_eval_key(k) and "loss" in k)}
-    evals = {k: _merged(p) for k, p in parts.items() if is_eval_key(k) and "loss" in k}
+        table.notes.append(
+            f"{len(files)} event files read in the order written, every reading kept"
+        )
+    if dropped:
+        table.notes.append(
+            f"{dropped} reading(s) replaced by a restart the writer marked (purge_step), "
+            "as TensorBoard drops them"
+        )
+    train = {k: v for k, v in series.items() if len(v[0]) and not (is_eval_key(k) and "loss" in k)}
+    evals = {k: v for k, v in series.items() if len(v[0]) and is_eval_key(k) and "loss" in k}
     _columns(table.train, train)
     _columns(table.eval, evals)
     return table

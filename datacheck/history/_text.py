@@ -217,7 +217,7 @@ def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], 
     mode, computed = _counters(line, row, ctx)
     events = []
     if (
-        not any(role_of(k) == "loss" and not is_eval_key(k) for k in row)
+        ("invalid" in low or not any(role_of(k) == "loss" and not is_eval_key(k) for k in row))
         and ("nan" in low or "inf" in low or "finite" in low or "invalid" in low)
         and _PROSE_NONFINITE.search(line)
     ):
@@ -259,7 +259,7 @@ def _plan(
         ops.append((key, op, tuple(index[p] for p in positions)))
     skeleton = "\x00".join(parts[0::2]).lower()
     has_train_loss = any(role_of(k) == "loss" and not is_eval_key(k) for k in row)
-    if not has_train_loss and "loss" in skeleton:
+    if (not has_train_loss or "invalid" in skeleton) and "loss" in skeleton:
         return None  # a line that may say "NaN loss" in words: parse it each time
     keys = [k for k, _ in values] + [c[0] for c in ops]
     return _Plan(tuple(values), tuple(ops), tag, bool(keys))

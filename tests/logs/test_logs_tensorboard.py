@@ -72,15 +72,67 @@ def test_summary_writer_files_read_as_tensorboard_reads_them(tmp_path):
     assert _series(table, "train_loss") == _accumulated(train_file, "train/loss")
     assert _series(table, "val_loss") == _accumulated(val, "loss")
     assert table.train.n == 100 and table.eval.n == 6
-    assert table.notes == ["2 event files merged by step"]  # and no damage
+    assert table.notes == ["2 event files read in the order written, every reading kept"]
 
 
-def test_newest_file_wins_for_a_step(tmp_path):
+def _readings(table, key: str) -> list[tuple[int, float]]:
+    """Our readings of ``key`` in row order (every one, repeated steps included)."""
+    cols = table.train.cols if key in table.train.cols else table.eval.cols
+    return [(int(s), v) for s, v in zip(cols["step"], cols[key], strict=True) if v != MISSING]
+
+
+def _accumulated_all(folder: Path, tag: str) -> list[tuple[int, float]]:
+    """tensorboard's own reader over a run folder: every reading, in the order it loads them."""
+    acc = event_accumulator.EventAccumulator(str(folder), {event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return [(ev.step, ev.value) for ev in acc.Scalars(tag)]
+
+
+def test_a_resumed_run_keeps_both_attempts_as_tensorboard_does(tmp_path):
+    """No restart marked: EventAccumulator keeps both attempts' readings, in the order
+    written; so do we (the policy of every reader: no reading is dropped)."""
     run = tmp_path / "run"
     _summary_writer(run, range(10), ".a", loss=1.0)
     _summary_writer(run, range(5, 8), ".b", loss=100.0)
-    got = _series(read_tensorboard(run, set()), "loss")
-    assert got == {s: pytest.approx((100.0 if 5 <= s < 8 else 1.0) / (s + 1)) for s in range(10)}
+    got = _readings(read_tensorboard(run, set()), "loss")
+    assert got == _accumulated_all(run, "loss")
+    assert [s for s, _ in got] == [*range(10), 5, 6, 7]
+
+
+def test_purge_step_drops_what_tensorboard_drops(tmp_path):
+    """SummaryWriter(purge_step=S) marks a restart: the readings of steps >= S written before
+    it are replaced, in tensorboard's reader and ours."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "run"
+    _summary_writer(run, range(10), ".a", loss=1.0, grad_norm=0.5)
+    writer = SummaryWriter(str(run), filename_suffix=".b", purge_step=5)
+    for s in range(5, 12):
+        writer.add_scalar("loss", 100.0 / (s + 1), s)
+        writer.add_scalar("grad_norm", 50.0 / (s + 1), s)
+    writer.close()
+    table = read_tensorboard(run, set())
+    for tag in ("loss", "grad_norm"):
+        assert _readings(table, tag) == _accumulated_all(run, tag)
+    assert [s for s, _ in _readings(table, "loss")] == list(range(12))
+    assert any("10 reading(s) replaced by a restart" in n for n in table.notes)
+
+
+def test_a_step_logged_twice_keeps_both_readings(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "run"
+    writer = SummaryWriter(str(run))
+    for s in range(6):
+        for micro in range(2):  # a loss per micro-batch, the grad norm once a step
+            writer.add_scalar("loss", 2.0 + micro + s / 10, s)
+        writer.add_scalar("grad_norm", 0.5, s)
+    writer.add_scalar("loss", float("nan"), 3)  # a NaN logged late for step 3
+    writer.close()
+    table = read_tensorboard(run, set())
+    assert repr(_readings(table, "loss")) == repr(_accumulated_all(run, "loss"))
+    hist = _logs.read_history(run)
+    assert len(hist.steps) == 13 and _logs.analyze(hist).nan_step == 3
 
 
 def test_files_of_one_second_in_the_order_they_were_written(tmp_path):
