@@ -150,8 +150,21 @@ def _drop_preamble(table: Table, counter: Counter) -> None:
     table.train.drop_head(first)
 
 
+def _summaries_only(table: Table) -> None:
+    """A log whose only training loss is on its evaluation lines (SpeechBrain's per-epoch
+    ``train loss: .. - valid loss: ..``) is read from those lines."""
+
+    def trained(cols: Columns) -> bool:
+        return any(role_of(k) == "loss" and not is_eval_key(k) for k in cols.cols)
+
+    if not trained(table.train) and trained(table.eval):
+        table.train, table.eval = table.eval, Columns(table.eval.keep)
+        table.notes.append("the training loss is printed on the evaluation lines: read there")
+
+
 def build(table: Table, overrides: Overrides, source: str) -> History:
     """Find the counter, choose keys, keep every reading in log order, attach events."""
+    _summaries_only(table)
     cols = table.train
     counter = _counter(table, overrides, cols)
     if counter is not None:
@@ -221,11 +234,11 @@ def _step_column(cols: Columns, steps: NDArray[np.float64]) -> str:
 
 def _reading_index(rows: NDArray[np.int64] | int, row: int) -> int:
     """The reading of ``row``, or the first after it (an event line before its step line);
-    the last reading for an event after every reading.  ``rows``: the rows that are readings,
-    or their number when every row is one."""
+    the number of readings for an event after every reading.  ``rows``: the rows that are
+    readings, or their number when every row is one."""
     if isinstance(rows, int):
-        return max(min(row, rows - 1), 0)
-    return max(min(int(np.searchsorted(rows, row)), len(rows) - 1), 0)
+        return max(min(row, rows), 0)
+    return int(np.searchsorted(rows, row))
 
 
 def _events(
@@ -266,40 +279,57 @@ def _events(
     )
 
 
+def _present(
+    cols: Columns, key: str, steps: NDArray[np.float64]
+) -> tuple[NDArray[np.int64] | None, NDArray[np.float64]]:
+    """(rows, values) where ``key`` has a value and the row a step; ``rows`` is ``None`` when
+    that is every row (``values`` is then the column itself, no copy)."""
+    arr = np.frombuffer(cols.cols[key], np.float64)
+    has = (arr != MISSING) & ~np.isnan(steps)
+    if has.all():
+        return None, arr
+    rows = np.flatnonzero(has)
+    return rows, arr[rows]
+
+
+def _changes(
+    cols: Columns, key: str, steps: NDArray[np.float64], test: Any
+) -> list[tuple[int, float, float]]:
+    """(row, value, previous value) where ``test(value, previous)`` holds, in row order."""
+    rows, values = _present(cols, key, steps)
+    if len(values) < 2:
+        return []
+    hit = np.flatnonzero(test(values[1:], values[:-1])) + 1
+    return [
+        (int(i if rows is None else rows[i]), float(values[i]), float(values[i - 1])) for i in hit
+    ]
+
+
 def _signals(cols: Columns, steps: NDArray[np.float64]) -> list[dict[str, Any]]:
-    """The events the rows' counters signal: NaN iterations, skipped steps, a falling scale."""
-    get, events = cols.get, list[dict[str, Any]]()
+    """The events the rows' counters signal: NaN iterations, skipped steps, a falling scale
+    (NumPy finds the few rows that signal; only those become events)."""
     nans, skipped, scale = (
         next((k for k in sorted(cols.cols) if role_of(k) == role), None)
         for role in ("nan_count", "skipped_count", "scale")
     )
-    if nans is None and skipped is None and scale is None:
-        return events
-    cumulative = skipped == "skipped"  # DeepSpeed's "skipped=N" counts since the start
-    seen = None
-    last_scale = None
-    for i in range(cols.n):
-        step = steps[i]
-        if step != step:  # NaN: no counter yet
-            continue
-        n = get(nans, i) if nans else None
-        if n:
-            events.append({"kind": "nonfinite", "step": float(step), "count": n, "row": i})
-        k = get(skipped, i) if skipped else None
-        if cumulative and k is not None:
-            k, seen = (k - seen if seen is not None else 0.0), k
-        sc = get(scale, i) if scale else None
-        fell = sc is not None and last_scale is not None and sc < last_scale
-        if sc is not None:
-            last_scale = sc
-        if k:
-            ev = {"kind": "overflow", "step": float(step), "count": k, "row": i}
-            events.append({**ev, "scale": sc if fell else None, "fell": fell})
-        elif fell:
+    events: list[dict[str, Any]] = []
+    if nans is not None:
+        arr = np.frombuffer(cols.cols[nans], np.float64)
+        for i in np.flatnonzero((arr != MISSING) & (arr != 0) & ~np.isnan(steps)):
             events.append(
-                {"kind": "overflow", "step": float(step), "count": 0, "scale": sc, "fell": True}
-                | {"row": i}
+                {"kind": "nonfinite", "step": float(steps[i]), "count": arr[i], "row": int(i)}
             )
+    skips: dict[int, float] = {}
+    if skipped == "skipped":  # DeepSpeed's "skipped=N" counts since the start
+        skips = {i: v - b for i, v, b in _changes(cols, skipped, steps, np.not_equal)}
+    elif skipped is not None:
+        arr = np.frombuffer(cols.cols[skipped], np.float64)
+        hit = np.flatnonzero((arr != MISSING) & (arr != 0) & ~np.isnan(steps))
+        skips = {int(i): float(arr[i]) for i in hit}
+    falls = {} if scale is None else {i: v for i, v, _ in _changes(cols, scale, steps, np.less)}
+    for row in sorted(set(skips) | set(falls)):
+        ev = {"kind": "overflow", "step": float(steps[row]), "count": skips.get(row, 0.0)}
+        events.append({**ev, "row": row, "scale": falls.get(row), "fell": row in falls})
     return events
 
 

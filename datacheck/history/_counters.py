@@ -6,7 +6,7 @@ number in brackets, a progress bar's position), and every pair of a coarse count
 finer one that restarts whenever the coarse one moves on (``Epoch [1/5] Step [0900/1915]``,
 MindSpore's ``epoch: 2 step: 100``, ImageNet's ``Epoch: [0][ 10/5005]``), combined as
 ``(epoch - base) x period + step`` where the period is the printed total (``/1915``) or, when
-none is printed, the largest sub-step seen.  Of the candidates that rise over the whole log
+none is printed, the span of the sub-steps seen plus their usual gap (0, 10, ..., 90: 100).  Of the candidates that rise over the whole log
 (a few falls allowed: a resumed run starts its counter again), the finest wins (the most
 distinct values over the readings); near-ties go to the known counter names
 (:func:`~datacheck.history._table.counter_rank`).  The choice comes with its reason in words.
@@ -20,7 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from datacheck.history._table import MISSING, Columns, counter_rank, is_positional, role_of
+from datacheck.history._table import (
+    MISSING,
+    Columns,
+    counter_like,
+    counter_rank,
+    is_positional,
+    role_of,
+)
 
 __all__ = ["Counter", "as_array", "choose_counter", "counter_from_key", "row_steps"]
 
@@ -146,11 +153,15 @@ def _ffill(arr: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _candidates(cols: Columns) -> list[str]:
+    """Counters by name, by position, or by behaviour (kept as such when the columns settled;
+    every column of a log too short to settle is judged here)."""
     out = []
     for key in sorted(cols.cols):
         if key.endswith("_total"):
             continue
-        if role_of(key) == "step" or key in cols.extra or is_positional(key):
+        named = role_of(key) == "step" or key in cols.extra or is_positional(key)
+        judged = cols.probing or key in cols.pending
+        if named or (judged and counter_like(cols.cols[key])):
             out.append(key)
     return out
 
@@ -176,8 +187,11 @@ def _combine(
     if printed:
         assert total is not None
         period = float(np.nanmax(total))
-    else:
-        period = float(fv.max()) + (1.0 if fv.min() == 0 else 0.0)
+    else:  # the sub-steps an epoch holds: from the first to the last seen, one gap more
+        gaps = np.diff(fv)
+        gaps = gaps[gaps > 0]
+        gap = float(np.median(gaps)) if len(gaps) else 1.0
+        period = float(fv.max() - fv.min()) + gap
     if not period > 0:
         return None
     base = 0.0 if np.nanmin(c) == 0 else 1.0
@@ -190,7 +204,7 @@ def _combine(
         base,
         f"{fine.key} restarts whenever {coarse.key} moves on ({int(falls.sum())} times), so "
         f"the two combine: step = {shown} x {period:g} + {fine.key}, {period:g} "
-        + ("the printed total" if printed else f"the largest {fine.key} seen")
+        + ("the printed total" if printed else f"the {fine.key}s an epoch spans")
         + (f"; {coarse.key} counts from 1" if base else ""),
     )
     combined = (_ffill(c) - base) * period + f
@@ -217,8 +231,8 @@ def choose_counter(cols: Columns, data: NDArray[np.bool_]) -> Counter | None:
         if not fine.falls or not fine.ups:
             continue
         for coarse in stats.values():
-            if coarse is fine or not coarse.rising or coarse.distinct >= fine.distinct:
-                continue
+            if coarse is fine or not coarse.rising or coarse.ups >= fine.ups + fine.falls:
+                continue  # the coarse counter must move less often than the fine one
             if coarse.key not in arrays:
                 arrays[coarse.key] = _column(cols, coarse.key)  # type: ignore[assignment]
             made = _combine(cols, coarse, fine, arrays)

@@ -38,10 +38,13 @@ which ``re.IGNORECASE`` would take for an ``i``)."""
 _QUAL = r"(?:(?:train|training|val|valid|validation|eval|test|lm)\s++)?+"
 _TWO_WORDS = r"learning\s++rate|gradient\s++norm|grad\s++norm|loss\s++scale"
 _PAIR = re.compile(
-    rf"(?:(?<![\w./-])|{_GLUED})({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"
-    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+)?+({NUM})(?:\s*+/\s*+(\d++))?+",
+    rf"(?:(?<![\w./-])|{_GLUED})(?!(?:nan|inf|infinity)(?![\w./-]))"
+    rf"({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"
+    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+|tensor\()?+({NUM})(?:\s*+/\s*+(\d++))?+",
     re.IGNORECASE,
 )
+"""``key value`` in every spelling; the value may open a list or a tensor's repr
+(``lr=[9.6e-06, ..]``, ``loss=tensor(2.34, device='cuda:0')``) and be followed by its total."""
 _NUM_AT = re.compile(rf"\s*+[\[(]?+\s*+({NUM})(?:\s*+/\s*+(\d++))?+", re.IGNORECASE)
 _WORDY_KEY = re.compile(r"\s*+[A-Za-z_(][\w./()-]*+(?:\s++[A-Za-z_(][\w./()-]*+)*+\s*+")
 _QUOTED_PAIR = re.compile(rf"['\"]([A-Za-z_][^'\"]*+)['\"]\s*+:\s*+'?({NUM})", re.IGNORECASE)
@@ -58,11 +61,14 @@ _BAR = re.compile(r"\d++%\|[^|\n]*+\|\s*+(\d++)/(\d++)\s*+\[")
 """A tqdm bar: ``45%|####5     | 45/100 [``."""
 _LEADING = re.compile(r"\s*+(\d++)\|(\d++)\|(?=[A-Za-z])")
 """torchtune's bar description ``1|25|Loss: 2.34``: epoch and global step, bare."""
+_LEADING_ONE = re.compile(r"\s*+(\d++):\s++(?=[A-Za-z])")
+"""A bare counter opening the line: ``12: loss=..`` (``print(f"{iter}: {loss=}")``)."""
 
 
 def _wordy(segment: str) -> tuple[str, int] | None:
-    """``lm loss: 2.3`` / ``Current learning rate is 0.04``: a key of several words."""
-    for sep in (":", " is "):
+    """``lm loss: 2.3`` / ``Current learning rate is 0.04`` / OLMo-core's ``train/CE loss=2.3``:
+    a key of several words."""
+    for sep in (":", " is ", "="):
         at = segment.find(sep)
         if at <= 0:
             continue
@@ -175,6 +181,12 @@ def _bare(line: str, row: Found, used: set[int]) -> None:
     if (m := _LEADING.match(line)) is not None:
         _put(row, "column_1", float(m.group(1)), m.start(1), None, -1)
         _put(row, "column_2", float(m.group(2)), m.start(2), None, -1)
+    elif (
+        (line[:1].isdigit() or line[:1] == " ")
+        and (m := _LEADING_ONE.match(line)) is not None
+        and m.start(1) not in used
+    ):
+        _put(row, "column_1", float(m.group(1)), m.start(1), None, -1)
     if "[" in line or "(" in line:
         k = 0
         for m in _BARE.finditer(line):

@@ -55,7 +55,7 @@ def _finite_lrs(hist: History, end: int) -> Iterator[tuple[float, float]]:
 def _on_plateau(hist: History, first: int, level: float | None, ratio: float) -> int:
     """The last reading before ``first`` not already off the plateau (-1: none)."""
     losses, steps = hist.loss.data, hist.steps.data
-    j = first - 1
+    j = min(first, len(steps)) - 1
     while j >= 0 and first < len(steps) and steps[j] == steps[first]:
         j -= 1  # an earlier reading of the trouble's own step is no step before it
     if level is None or not level > 0:
@@ -73,10 +73,13 @@ def restart(
     level: float | None,
     ratio: float,
     lookback: int,
+    first_step: float | None = None,
 ) -> None:
-    """Fill ``restart_step``, ``restart_from`` and the LR into ``found``."""
+    """Fill ``restart_step``, ``restart_from`` and the LR into ``found`` (the first sign of
+    trouble at reading ``first``, at ``first_step``: by default that reading's step)."""
     steps = hist.steps.data
-    first_step = steps[first] if first < len(steps) else math.inf
+    if first_step is None:
+        first_step = steps[first] if first < len(steps) else math.inf
     good = _checkpoints(hist, first, first_step)
     if good:
         index, step = max(good)

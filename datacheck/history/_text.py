@@ -34,7 +34,14 @@ from datacheck.history._fields import (
     line_fields,
     table_row,
 )
-from datacheck.history._table import MISSING, Columns, Table, is_eval_key, role_of
+from datacheck.history._table import (
+    MISSING,
+    Columns,
+    Table,
+    is_eval_key,
+    is_positional,
+    role_of,
+)
 
 __all__ = ["parse_line", "read_text"]
 
@@ -212,8 +219,9 @@ def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], 
         return {}, "train", [event], [None]
     row = line_fields(line)
     named = False
-    if not row:
-        row, named = _columns(line, ctx)
+    if all(is_positional(k) for k in row):  # nothing named: a row of a table?
+        cells, named = _columns(line, ctx)
+        row = {**cells, **row} if cells else row
     mode, computed = _counters(line, row, ctx)
     events = []
     if (
@@ -353,7 +361,7 @@ class _Direct:
     the plan is its values appended to their arrays and ``MISSING`` to the others, what
     ``Columns.add`` does with its row."""
 
-    __slots__ = ("columns", "into", "keys", "pad", "train", "width")
+    __slots__ = ("columns", "counting", "into", "keys", "pad", "train", "width")
 
     def __init__(self, plan: _Plan, table: Table) -> None:
         self.columns = table.eval if plan.tag == "eval" else table.train
@@ -364,6 +372,7 @@ class _Direct:
         fits = plan.data and not plan.computed and keys <= cols.keys()
         self.into = tuple((cols[key], i) for key, i in plan.values) if fits else ()
         self.pad = tuple(col for key, col in cols.items() if key not in keys)
+        self.counting = self.columns.probing or bool(self.columns.pending)
 
 
 class _Reader:
@@ -376,9 +385,10 @@ class _Reader:
         """Signal events waiting for the training row they come before."""
         self.direct: dict[int, _Direct] = {}
         """By the ``id`` of the plan (plans stay in the context's cache: ids are not reused)."""
+        self.line_no = 0
 
     def line(self, line: str) -> None:
-        self.shapes.ctx.line_no += 1
+        self.line_no += 1
         if "\x1b" in line or "\x08" in line:
             line = _ANSI.sub("", line)
         parts: list[str] | None = None
@@ -413,7 +423,7 @@ class _Reader:
             col.append(MISSING)
         columns = direct.columns
         columns.n += 1
-        if columns.probing or columns.pending:
+        if direct.counting:
             generation = columns.generation
             columns.count(direct.keys)
             if columns.generation != generation:
@@ -434,6 +444,7 @@ class _Reader:
     def _parse(self, line: str, parts: list[str] | None) -> tuple[str, dict[str, float]]:
         """Parse a line in full (and plan its shape); ``tag`` is ``""`` when it is no data."""
         table = self.table
+        self.shapes.ctx.line_no = self.line_no
         found, tag, events, computed = _parse(line, self.shapes.ctx)
         cols = table.eval if tag == "eval" else table.train
         if not events:

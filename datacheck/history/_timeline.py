@@ -91,6 +91,9 @@ class _Scan:
     grad_blips: list[int] = field(default_factory=list)
     grad_warning: tuple[int, float] | None = None
     grad_open: tuple[int, float] | None = None
+    at_step: dict[int, float] = field(default_factory=dict)
+    """The step of a sign that came at no reading (an event line after the last one, a NaN in
+    a field on a row without the chosen series), by the index it sorts at."""
 
     def loss(self, at: int, loss: float, v: Verdict) -> None:
         if v.rebased:  # the level was one reading, and it was the odd one out
@@ -136,13 +139,16 @@ class _Scan:
             self.warning, self.pending = self.pending, None
 
 
-def _event_nan(hist: History) -> tuple[int, str] | None:
+def _event_nan(hist: History) -> tuple[int, str, float] | None:
     for ev in hist.events:
         if ev.get("kind") == "nonfinite" and not ev.get("dropped") and ev.get("step") is not None:
             what = ev.get("text") or (
                 f"{ev['count']:g} NaN iteration(s)" if ev.get("count") else "guard: nonfinite"
             )
-            return _index(hist, ev), str(what)
+            index = ev.get("index")
+            if index is None:
+                index = hist.index_of_step(float(ev["step"]))
+            return int(index), str(what), float(ev["step"])
     return None
 
 
@@ -164,7 +170,9 @@ def _analyze(
     hist: History, walk: Walk, loss: SpikeConfig, grad_norm: SpikeConfig, lookback: int
 ) -> Timeline:
     loss_det, grad_det = SpikeDetector(loss), SpikeDetector(grad_norm)
-    scan = _Scan(hist.steps.data, nan=_event_nan(hist))
+    scan = _Scan(hist.steps.data)
+    if (event := _event_nan(hist)) is not None:
+        scan.nan, scan.at_step[event[0]] = event[:2], event[2]
     judged = hist.format == "guard log"
     if judged:  # the guard judged every step; its log holds every 10th healthy one
         _walk_nonfinite(hist, scan)
@@ -186,7 +194,8 @@ def _nonfinite_fields(hist: History, scan: _Scan) -> None:
     if scan.nan is not None and scan.nan[0] <= first["index"]:
         return
     what = "NaN" if math.isnan(first["value"]) else "Inf" if first["value"] > 0 else "-Inf"
-    scan.nan = (min(int(first["index"]), max(len(hist.steps) - 1, 0)), f"{first['key']} is {what}")
+    scan.nan = (int(first["index"]), f"{first['key']} is {what}")
+    scan.at_step[int(first["index"])] = float(first["step"])
 
 
 def _median_loss(hist: History) -> float | None:
@@ -346,15 +355,20 @@ def _conclude(
         found.update(scale_warning=scale[0], scale_text=scale[1])
     _guard(hist, found)
     steps = hist.steps.data
+
+    def step_at(i: int) -> float:
+        """The step of a sign at reading ``i`` (or the step it named, past the readings)."""
+        return scan.at_step[i] if i in scan.at_step or i >= len(steps) else steps[i]
+
     trouble = found.get("warning", found.get("nan"))
     if trouble is not None:
-        onset = _precursor(scan.grad_spikes, trouble, steps, lookback)
+        onset = _precursor(scan.grad_spikes, trouble, steps, lookback, step_at(trouble))
         if onset is not None:
             found.update(precursor=onset[0], precursor_grad_norm=onset[1])
-            found["precursor_lead"] = steps[trouble] - steps[onset[0]]
+            found["precursor_lead"] = step_at(trouble) - steps[onset[0]]
     first = min((found[k] for k in _SIGNS if found.get(k) is not None), default=None)
     if first is not None:
-        restart(hist, found, first, found["level"], cfg.ratio, lookback)
+        restart(hist, found, first, found["level"], cfg.ratio, lookback, step_at(first))
     status = next(
         (
             s
@@ -371,7 +385,7 @@ def _conclude(
             counts[str(ev.get("kind"))] = counts.get(str(ev.get("kind")), 0) + 1
     base = found["level"]
     when: dict[str, float | None] = {
-        k: (None if found.get(k) is None else steps[found[k]]) for k in _SIGNS
+        k: (None if found.get(k) is None else step_at(found[k])) for k in _SIGNS
     }
     return Timeline(
         status=status,
@@ -416,14 +430,15 @@ def _distinct(steps: Floats) -> int:
 
 
 def _precursor(
-    spikes: list[tuple[int, float]], trouble: int, steps: array[float], gap: int
+    spikes: list[tuple[int, float]], trouble: int, steps: array[float], gap: int, at: float
 ) -> tuple[int, float] | None:
-    """Onset of the run of grad-norm spikes leading into the trouble (no gap over ``gap`` steps)."""
+    """Onset of the run of grad-norm spikes leading into the trouble (reading ``trouble``, at
+    step ``at``), with no gap over ``gap`` steps."""
     onset = None
     for i, gnorm in reversed(spikes):
-        if i >= trouble or steps[i] >= steps[trouble]:  # the same step is no early warning
+        if i >= trouble or steps[i] >= at:  # the same step is no early warning
             continue
-        if steps[i] < steps[trouble if onset is None else onset[0]] - gap:
+        if steps[i] < (at if onset is None else steps[onset[0]]) - gap:
             break
         onset = (i, gnorm)
     return onset
