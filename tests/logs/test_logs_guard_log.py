@@ -28,7 +28,7 @@ def _train(log: Path, factors: list[float]) -> None:
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     guard = TrainingGuard(model, opt, log=str(log))  # log_every=10: healthy steps thinned
-    for step, factor in enumerate(factors):
+    for factor in factors:
         loss = F.mse_loss(model(x[:32]), y[:32]) * factor
         loss.backward()
         guard.step(loss)
