@@ -57,6 +57,8 @@ _BEFORE = re.compile(
     re.IGNORECASE,
 )
 """A counter before its word: ``06000 iter``, ``15000/ 300000 steps``, ``101-200batch``."""
+_RATIO = re.compile(r"(?<![\w./:-])(\d++)\s*+/\s*+(\d++)(?![\w./:%-])")
+"""A counter and its total, bare: fairseq's ``epoch 001:   5000 / 331737 loss=..``."""
 _BAR = re.compile(r"\d++%\|[^|\n]*+\|\s*+(\d++)/(\d++)\s*+\[")
 """A tqdm bar: ``45%|####5     | 45/100 [``."""
 _LEADING = re.compile(r"\s*+(\d++)\|(\d++)\|(?=[A-Za-z])")
@@ -187,14 +189,21 @@ def _bare(line: str, row: Found, used: set[int]) -> None:
         and m.start(1) not in used
     ):
         _put(row, "column_1", float(m.group(1)), m.start(1), None, -1)
+    k = 0
     if "[" in line or "(" in line:
-        k = 0
         for m in _BARE.finditer(line):
             if m.start(1) in used:
                 continue
             k += 1
+            used.add(m.start(1))
             at = m.start(2) if m.group(2) else -1
             _put(row, f"bracket_{k}", float(m.group(1)), m.start(1), m.group(2), at)
+    if "/" in line:
+        for m in _RATIO.finditer(line):
+            if m.start(1) in used:
+                continue
+            k += 1
+            _put(row, f"bracket_{k}", float(m.group(1)), m.start(1), m.group(2), m.start(2))
     if "%|" in line and (m := _BAR.search(line)) is not None:
         _put(row, "bar", float(m.group(1)), m.start(1), m.group(2), m.start(2))
 
