@@ -12,6 +12,8 @@ path in the file (``train/images``).  What a dataset holds decides how it is rea
   HDF5's own conversion; PyTables' ``Time32``/``Time64`` (``H5T_TIME``: integer seconds, which
   hold no NaN) read raw, which proves their bytes decode; any other type listed, not read,
   with the reason as its dtype;
+* ragged rows (variable-length numbers: a PyTables ``VLArray``): each row checked as a list
+  column's row is (``_tensor_hdf5_ragged``);
 * strings, opaque bytes and references: listed, not read; datasets stored in external files
   and virtual datasets (which point at other paths): listed, never read.
 
@@ -46,6 +48,7 @@ from datacheck.formats._tensor_common import (
     record_sources,
     sample_view,
 )
+from datacheck.formats._tensor_hdf5_ragged import Ragged, ragged_base, with_ragged
 
 __all__ = ["Hdf5Format"]
 
@@ -66,6 +69,8 @@ class _Plan:
     """The dtype shown for the dataset; set when ``mem`` is None (not read) or a conversion."""
     raw: bool = False
     """Read to prove its bytes decode, not checked (integer time stamps)."""
+    ragged: np.dtype | None = None
+    """Rows of variable length of this numeric type (read as a list column)."""
 
 
 def _h5() -> Any:
@@ -87,6 +92,8 @@ def _plan(name: str, ds: Any) -> _Plan:
         return _unmapped(name, shape, ds.id.get_type(), exc)
     if dt.names is not None:
         return _Plan(name, shape, _numeric_only(dt), label=str(dt)[:200])
+    if (base := ragged_base(dt, shape)) is not None:
+        return _Plan(name, shape, None, label=f"vlen {base.name}", ragged=base)
     if dt.kind not in NUMERIC_KINDS:
         return _Plan(name, shape, None, label=_listed_label(dt))
     return _Plan(name, shape, dt)
@@ -95,8 +102,8 @@ def _plan(name: str, ds: Any) -> _Plan:
 def _listed_label(dt: np.dtype) -> str:
     """The dtype shown for a dataset listed, not read (strings, references, ragged rows)."""
     h5py = _h5()
-    if (base := h5py.check_vlen_dtype(dt)) is not None and base not in (str, bytes):
-        return f"vlen {np.dtype(base).name} (ragged rows: not read)"
+    if h5py.check_vlen_dtype(dt) is not None and h5py.check_string_dtype(dt) is None:
+        return f"{dt} (rows of variable length: not read)"
     if h5py.check_string_dtype(dt) is not None:
         return "string"
     if h5py.check_ref_dtype(dt) is not None:
@@ -391,6 +398,7 @@ class _FileRead:
     findings: list[Finding]
     undecodable: list[tuple[str, str, str]]
     """(dataset, filters, h5py's error) of the datasets no filter here decodes."""
+    ragged: list[Ragged]
 
 
 def _dataset(
@@ -399,6 +407,10 @@ def _dataset(
     """Plan one dataset and add its sources (or why it cannot be read) to ``acc``."""
     ds = fh[name]
     plan = _plan(name, ds)
+    if plan.ragged is not None:
+        acc.ragged.append(Ragged(name, plan.shape[0], plan.ragged))
+        acc.sources.append(Source(name, plan.shape, plan.label, plan.ragged.itemsize, None))
+        return
     if plan.mem is not None and (why := _undecodable(ds, plan)) is not None:
         acc.undecodable.append((name, *why))
         acc.sources.append(
@@ -445,10 +457,14 @@ class Hdf5Format(Format):
                 names.append(name)  # not the object: a dataset left open keeps its cache
 
         fh.visititems(visit)
-        acc = _FileRead([], [], [], [])
-        for name in names:
-            _dataset(fh, name, unit, options, acc)
-        base = opened(acc.sources, close=fh.close)
+        acc = _FileRead([], [], [], [], [])
+        try:
+            for name in names:
+                _dataset(fh, name, unit, options, acc)
+        except BaseException:
+            fh.close()
+            raise
+        base = with_ragged(opened(acc.sources), fh, acc.ragged)  # closes the file at the end
         if acc.unwritten:
             base.extra["shapes"].update({s.key: s.shape for s in acc.unwritten})
             base = _with_fill_rows(base, acc.unwritten, acc.findings)

@@ -278,10 +278,13 @@ def test_every_kind_of_h5py_dataset_is_read_or_listed_with_what_it_is(tmp_path: 
         f["flags"] = np.array([True, False, True])
         f["names"] = np.array(["a", "bb", "c"], dtype=h5py.string_dtype())
         f["ref"] = np.array([f["flags"].ref], dtype=h5py.ref_dtype)
-        f["ragged"] = np.array([np.zeros(2), np.zeros(1)], dtype=h5py.vlen_dtype("f8"))
+        rows = [np.zeros(2), np.array([1.0, np.nan, np.nan]), np.zeros(0), np.zeros(1)]
+        ragged = f.create_dataset("ragged", (4,), dtype=h5py.vlen_dtype("f8"))
+        for i, row in enumerate(rows):
+            ragged[i] = row
     assert h5py_reads(path)
     entry = only_entry(path)
-    assert entry["status"] == "flagged" and entry["rows"] == 3, entry
+    assert entry["status"] == "flagged" and entry["rows"] == 4, entry
     assert entry["columns"] == {
         "empty": "empty (a null dataspace: no values)",
         "enum": "int8",
@@ -289,8 +292,34 @@ def test_every_kind_of_h5py_dataset_is_read_or_listed_with_what_it_is(tmp_path: 
         "names": "string",
         "one_record.a": "float64",
         "one_record.b": "int32",
-        "ragged": "vlen float64 (ragged rows: not read)",
+        "ragged": "vlen float64",
         "ref": "reference",
         "zero": "float32",
     }
-    assert sites(scan(path)) == {("kinds.h5", 0, "one_record.a", "inf")}
+    report = scan(path)
+    assert sites(report) == {
+        ("kinds.h5", 0, "one_record.a", "inf"),
+        ("kinds.h5", 1, "ragged", "nan"),
+    }
+    f = report.findings
+    assert f[f["column"] == "ragged"]["count"].tolist() == [2]  # two of row 1's values
+
+
+def test_pytables_vlarrays_are_checked_row_by_row(tmp_path: Path) -> None:
+    path = tmp_path / "vl.h5"
+    with tables.open_file(str(path), "w") as f:
+        vl = f.create_vlarray("/", "seqs", tables.Float32Atom(), filters=PT_FILTERS["zlib"])
+        big = f.create_vlarray("/", "big", tables.Int32Atom(), byteorder="big")
+        for i in range(30):
+            big.append(np.arange(i % 3, dtype=">i4"))
+            row = np.arange(i % 7, dtype=np.float32)
+            if i == 20:  # 6 values
+                row[3] = np.inf
+            vl.append(row)
+    assert pytables_reads(path) and h5py_reads(path)
+    entry = only_entry(path)
+    assert entry["rows"] == 30, entry
+    assert entry["columns"] == {"big": "vlen int32", "seqs": "vlen float32"}, entry
+    assert sites(scan(path)) == {("vl.h5", 20, "seqs", "inf")}
+    for bad in damaged_copies(path, tmp_path):
+        agrees(bad, pytables_reads)
