@@ -41,6 +41,25 @@ def test_scan_benchmark_smoke_run_writes_results_and_a_table(tmp_path: Path) -> 
     assert r.returncode == 0 and "| datacheck |" in r.stdout, r.stderr
 
 
+@pytest.mark.slow
+def test_text_benchmark_smoke_run_writes_results(tmp_path: Path) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    args = ["--rows", "2000", "--repeat", "1", "--data", str(tmp_path / "d")]
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_text.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results" / "text.json").read_text())
+    assert {"csv_x_floor", "jsonl_x_floor"} <= set(doc["results"])
+    assert doc["results"]["datacheck-csv"]["rows"] == 2000
+    assert doc["results"]["datacheck-jsonl"]["rows"] == 2000
+
+
 def _gpu_check(tmp_path: Path, *args: str, hide_gpus: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
     env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])

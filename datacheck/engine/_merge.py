@@ -60,6 +60,7 @@ def file_entries(results: list[UnitResult]) -> list[dict[str, Any]]:
                 "sites": {k: dict(v) for k, v in sorted(sites.items())},
                 "columns": parts[0].columns,
                 "error": errors[0] if errors else None,
+                **({"dialect": parts[0].dialect} if parts[0].dialect else {}),
             }
         )
     return entries
@@ -77,6 +78,7 @@ def _whole_file_entry(r: UnitResult) -> dict[str, Any]:
         "sites": {k: dict(v) for k, v in sorted(r.sites.items())} if r.sites else {},
         "columns": r.columns,
         "error": r.corrupt if r.corrupt else None,
+        **({"dialect": r.dialect} if r.dialect else {}),
     }
 
 
@@ -273,7 +275,7 @@ def null_column_findings(
         rows = int(e["rows"] or 0)
         for column, n in sorted(nulls[e["path"]].items()):
             severity = severity_of(column)
-            if severity is None or not rows or n < MOSTLY_NULL * rows:
+            if severity is None or not rows or n <= MOSTLY_NULL * rows:
                 continue
             if (e.get("columns") or {}).get(column) == "null" and typed(e["path"], column):
                 continue

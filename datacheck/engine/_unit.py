@@ -70,6 +70,8 @@ class UnitResult:
     """``part_file`` is on the worker that ran the unit, which could not see the output folder
     (a cluster without a shared filesystem): the executor brings it over
     (:class:`datacheck.execute.WorkerFiles`)."""
+    dialect: dict[str, str] = field(default_factory=dict)
+    """How a text file was read (:attr:`datacheck.formats.Opened.dialect`)."""
 
     def worker_files(self) -> list[str]:
         """Files on the worker that the client must fetch (the findings' part)."""
@@ -325,8 +327,9 @@ def _check_column(
     run: SchemaRun | None,
     null: Severity | None,
 ) -> None:
-    """Check one column of a batch; ``null``: the severity of a null where no schema column
-    says (numeric columns)."""
+    """Check one column of a batch; ``null``: the severity of a null in a numeric column when
+    the scan has no schema (a schema says it per column: ``nullable``; none for the columns it
+    does not declare, as in pandera)."""
     leaf = leaf_type(arr.type)
     is_float = pa.types.is_floating(leaf) and name not in integer_columns
     numeric = is_numeric(leaf)
@@ -438,6 +441,7 @@ def _read(
 ) -> None:
     """Check every chunk of an opened unit; a reader failure is appended to ``errors``."""
     run = None
+    res.dialect = dict(opened.dialect)
     if tabular:
         res.columns = dict(opened.columns)
         if schema is not None:
@@ -460,7 +464,7 @@ def _read(
         except _Damaged as exc:
             errors.append(str(exc)[:300])
             break
-        res.rows += chunk.num_rows
+        res.rows += chunk.num_rows + chunk.skipped
         del chunk  # one chunk in memory at a time: drop it before reading the next
     if run is not None and not errors:
         col.findings(run.finish(col.hits))

@@ -84,6 +84,9 @@ class Chunk:
     hits: list[tuple[str, Hits]] = field(default_factory=list)
     """(key, hits) the reader found itself, rows relative to ``row_offset`` (token ids past
     the vocabulary): vectorised, for findings that may number millions."""
+    skipped: int = 0
+    """Rows of the file this chunk accounts for that hold no values to check (a CSV line
+    that does not parse: its ``corrupt`` finding is in ``findings``); counted, not checked."""
 
     @property
     def num_rows(self) -> int:
@@ -105,6 +108,8 @@ class Opened:
     """Rows the file's own metadata claims for this unit, checked against rows read."""
     arrow_schema: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    dialect: dict[str, str] = field(default_factory=dict)
+    """How a text file was read, for the report (a CSV's ``delimiter``, ``decimal`` mark)."""
 
 
 class Format:
@@ -211,6 +216,8 @@ _OWNERS: list[Format] = []
 """Formats that claim files by their folder (:meth:`Format.owns`)."""
 _BUILTIN_MODULES = (
     "datacheck.formats._tabular",
+    "datacheck.formats._csv",
+    "datacheck.formats._json_lines",
     "datacheck.formats._tensor",
     "datacheck.formats._image",
     "datacheck.formats._audio",

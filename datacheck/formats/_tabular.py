@@ -1,8 +1,8 @@
-"""Tabular readers: Parquet, CSV, Arrow IPC / Feather, JSON Lines (all streaming)."""
+"""Tabular readers: Parquet and Arrow IPC / Feather (streaming), and the text formats' shared
+opener (:func:`_open_text`): CSV in :mod:`._csv`, JSON Lines in :mod:`._json_lines`."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from datacheck.errors import InputError
@@ -23,7 +21,6 @@ from datacheck.formats import (
     Opened,
     WorkUnit,
     _storage,
-    is_tsv,
     keep_mask,
     memory_budget,
     register,
@@ -41,8 +38,6 @@ T = TypeVar("T")
 _BLOCK_BYTES = 16 << 20
 INTEGER_COLUMNS = "datacheck.integer_columns"
 """Batch metadata key: columns read as float64 that hold integers in the file (CSV)."""
-# NaN is not null: the CSV spellings of NaN must parse as float NaN, so they are not listed.
-_CSV_NULLS = ["", "NULL", "null", "NA", "N/A", "None", "none", "#N/A"]
 
 
 def _type_names(schema: pa.Schema) -> dict[str, str]:
@@ -230,38 +225,12 @@ class _TextFormat(_Streamed):
         return table
 
 
-class CsvFormat(_TextFormat):
-    name = "csv"
-    extensions = (".csv", ".tsv")
-
-    def _reader(self, unit: WorkUnit, options: Mapping[str, Any], types: dict[str, pa.DataType]):
-        return pacsv.open_csv(
-            _storage.stream(unit.path),
-            read_options=pacsv.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
-            parse_options=pacsv.ParseOptions(delimiter="\t" if is_tsv(unit.path) else ","),
-            convert_options=pacsv.ConvertOptions(
-                column_types=types,
-                null_values=_CSV_NULLS,
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-
-    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        declared = dict(options.get("arrow_types") or {})
-        keep = bool(options.get("keep_integers"))
-        return _open_text(lambda types: self._reader(unit, options, types), declared, keep)
-
-    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
-        opts = pacsv.WriteOptions(delimiter="\t" if is_tsv(path) else ",")
-        return pacsv.CSVWriter(stream, schema, write_options=opts)
-
-
 def _open_text(
     make_reader: Any,
     declared: dict[str, pa.DataType],
     keep_integers: bool = False,
     check_utf8: bool = False,
+    chunker: Callable[[Iterator[pa.RecordBatch]], Iterator[Chunk]] | None = None,
 ) -> Opened:
     """Open a text format (CSV, JSON Lines) whose integer columns are read as float64.
 
@@ -272,16 +241,14 @@ def _open_text(
     ``keep_integers`` reads them as integers instead (exact beyond 2**53; fails on a ``nan``):
     for copying rows, not for checking them.  ``check_utf8`` validates the text of every
     batch (Arrow's JSON reader keeps bytes that are not UTF-8 inside strings as they are).
+    ``chunker`` turns the batches into chunks (default: one per batch, rows in sequence).
     """
+    chunks = chunker or (lambda batches: _batches_with_offsets(batches, 0))
     if keep_integers:
         reader = make_reader(dict(declared))
         _require_text(reader.schema)
         plain = _utf8_checked(iter(reader)) if check_utf8 else iter(reader)
-        return Opened(
-            _type_names(reader.schema),
-            _batches_with_offsets(plain, 0),
-            arrow_schema=reader.schema,
-        )
+        return Opened(_type_names(reader.schema), chunks(plain), arrow_schema=reader.schema)
     ints = {n for n, t in declared.items() if pa.types.is_integer(t)}
     types = {n: pa.float64() if n in ints else t for n, t in declared.items()}
     reader = make_reader(types)
@@ -300,7 +267,7 @@ def _open_text(
     if ints:
         mark = {INTEGER_COLUMNS: ",".join(sorted(ints))}
         batches = (b.replace_schema_metadata(mark) for b in batches)
-    return Opened(names, _batches_with_offsets(batches, 0), arrow_schema=reader.schema)
+    return Opened(names, chunks(batches), arrow_schema=reader.schema)
 
 
 _STRING_INDEX = re.compile(r"Invalid UTF8 sequence at string index (\d+)")
@@ -401,74 +368,5 @@ def _validated(batches: Iterator[pa.RecordBatch], budget: float) -> Iterator[pa.
         yield bounded_dictionaries(batch, budget, f"batch {i}")
 
 
-class _JsonLinesWriter:
-    """One JSON object per line (Python's json: NaN/Infinity as the reader accepts them)."""
-
-    def __init__(self, stream: pa.NativeFile) -> None:
-        self.stream = stream
-
-    def write_table(self, table: pa.Table) -> None:
-        for rec in table.to_pylist():
-            self.stream.write((json.dumps(rec, default=str) + "\n").encode())
-
-    def close(self) -> None:
-        pass
-
-
-class JsonLinesFormat(_TextFormat):
-    name = "jsonl"
-    extensions = (".jsonl", ".ndjson", ".json")
-
-    def _reader(self, unit: WorkUnit, options: Mapping[str, Any], types: dict[str, pa.DataType]):
-        parse = pajson.ParseOptions(
-            explicit_schema=pa.schema(list(types.items())) if types else None,
-            unexpected_field_behavior="infer",
-        )
-        return pajson.open_json(
-            _storage.stream(unit.path),
-            read_options=pajson.ReadOptions(block_size=options.get("block_bytes", _BLOCK_BYTES)),
-            parse_options=parse,
-        )
-
-    def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        with _storage.stream(unit.path) as head:
-            _check_nesting(head.read(options.get("block_bytes", _BLOCK_BYTES)))
-        declared = dict(options.get("arrow_types") or {})
-        keep = bool(options.get("keep_integers"))
-        return _open_text(
-            lambda types: self._reader(unit, options, types), declared, keep, check_utf8=True
-        )
-
-    def _writer(self, path: str, stream: pa.NativeFile, schema: pa.Schema) -> Any:
-        return _JsonLinesWriter(stream)
-
-
-MAX_JSON_DEPTH = 64
-"""JSON nested deeper than this is refused before parsing: Arrow's JSON reader takes time
-quadratic in the depth (10,000 levels: minutes), and no dataset nests numbers that deep."""
-
-
-def _check_nesting(block: bytes) -> None:
-    """Raise if brackets outside strings nest deeper than :data:`MAX_JSON_DEPTH` in ``block``
-    (the block Arrow infers the types from), vectorised: no Python loop per byte."""
-    import numpy as np
-
-    b = np.frombuffer(block, dtype=np.uint8)
-    if not len(b):
-        return
-    quote = b == ord('"')
-    quote[1:] &= b[:-1] != ord("\\")  # an escaped quote does not end a string
-    outside = (np.cumsum(quote) % 2 == 0) & ~quote
-    step = np.zeros(len(b), dtype=np.int32)
-    step[outside & ((b == ord("[")) | (b == ord("{")))] = 1
-    step[outside & ((b == ord("]")) | (b == ord("}")))] = -1
-    depth = np.cumsum(step)
-    if depth.max() > MAX_JSON_DEPTH:
-        at = int(np.argmax(depth > MAX_JSON_DEPTH))
-        raise ValueError(
-            f"JSON nested deeper than {MAX_JSON_DEPTH} levels (at byte {at}): not read"
-        )
-
-
-for _fmt in (ParquetFormat(), CsvFormat(), ArrowFormat(), JsonLinesFormat()):
+for _fmt in (ParquetFormat(), ArrowFormat()):  # CSV: ._csv; JSON Lines: ._json_lines
     register(_fmt)

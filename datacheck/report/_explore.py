@@ -182,6 +182,12 @@ def _checks_by_row(sites: pa.Table) -> dict[int, str]:
     return {r: "; ".join(dict.fromkeys(v)) for r, v in out.items()}
 
 
+def _unparsed_rows(sites: pa.Table) -> set[int]:
+    """Rows whose record did not parse (a row-level ``corrupt`` finding): no values to read."""
+    mask = pc.equal(sites["check"], "corrupt")
+    return set(sites.filter(mask)["row"].to_pylist())
+
+
 def _wanted(flagged: np.ndarray, context: int, n_rows: int | None) -> np.ndarray:
     """Flagged rows widened by ``context`` neighbours each side, sorted, clipped to the file."""
     if not len(flagged):
@@ -202,25 +208,32 @@ def reader_options(report: ReportData) -> dict[str, Any]:
     return {"arrow_types": compiled.arrow_types} if compiled is not None else {}
 
 
-def _take_rows(entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]) -> pa.Table:
-    """The given file rows (sorted) as one table, reading as little of the file as it can."""
+def _take_rows(
+    entry: dict[str, Any], rows: np.ndarray, options: dict[str, Any]
+) -> tuple[pa.Table, np.ndarray]:
+    """The given file rows (sorted) as one table, reading as little of the file as it can,
+    and the rows it holds (a CSV line that did not parse holds none)."""
     from datacheck.formats import get_format
 
     fmt = get_format(entry["format"])
     return fmt.exact(lambda opts: _take_rows_with(fmt, entry["path"], rows, opts), options)
 
 
-def _take_rows_with(fmt: Any, path: str, rows: np.ndarray, options: Any) -> pa.Table:
-    parts, last = [], int(rows[-1])
+def _take_rows_with(
+    fmt: Any, path: str, rows: np.ndarray, options: Any
+) -> tuple[pa.Table, np.ndarray]:
+    parts, got, last = [], [], int(rows[-1])
     for start, table in fmt.tables(path, options, rows=rows):
         if start > last:
             break
         lo, hi = np.searchsorted(rows, [start, start + table.num_rows])
         if hi > lo:
             parts.append(fmt.restore(table.take(pa.array(rows[lo:hi] - start)), options))
+            got.append(rows[lo:hi])
     if not parts:
-        return pa.table({})
-    return pa.concat_tables(parts, promote_options="permissive")
+        return pa.table({}), np.zeros(0, np.int64)
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return table, np.concatenate(got)
 
 
 def flagged_rows(
@@ -245,23 +258,25 @@ def flagged_rows(
     checks = _checks_by_row(sites)
     flagged = np.array(sorted(checks), dtype=np.int64)
     rows = _wanted(flagged, context, entry.get("rows"))
-    table = pa.table({})
+    table, got = pa.table({}), np.zeros(0, np.int64)
     if len(rows):
         local = {**entry, "path": report.local_path(entry)}
         try:
-            table = _take_rows(local, rows, reader_options(report))
+            table, got = _take_rows(local, rows, reader_options(report))
         except (OSError, pa.ArrowException) as exc:
             raise InputError(
                 f"{entry['path']!r}: cannot read the flagged rows back "
                 f"({type(exc).__name__}: {exc}); was the file changed since the scan?"
             ) from exc
     frame = table.to_pandas() if table.num_columns else pd.DataFrame()
-    if len(frame) != len(rows):
+    unparsed = _unparsed_rows(sites)  # lines that did not parse: rows without values
+    if len(got) != len(rows) and set(np.setdiff1d(rows, got).tolist()) - unparsed:
         raise InputError(
-            f"{entry['path']!r}: {len(frame)} of the {len(rows)} wanted rows could be "
+            f"{entry['path']!r}: {len(got)} of the {len(rows)} wanted rows could be "
             "read; was the file changed since the scan? Rescan it"
         )
-    frame.index = pd.Index(rows, name="row")
+    frame.index = pd.Index(got, name="row")
+    frame = frame.reindex(pd.Index(rows, name="row"))
     frame[FLAG_COLUMN] = [int(r) in checks for r in frame.index]
     frame[CHECKS_COLUMN] = [checks.get(int(r), "") for r in frame.index]
     return frame

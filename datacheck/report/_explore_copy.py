@@ -85,6 +85,7 @@ def _copy_one(
         tmp.unlink(missing_ok=True)
         return {**row, "dest": "", "reason": str(exc)}
     os.replace(tmp, target)
+    rows_in = max(rows_in, row["rows_in"])  # a CSV line that did not parse: a row, not read
     return {**row, "status": "cleaned", "rows_in": rows_in, "rows_out": rows_out}
 
 

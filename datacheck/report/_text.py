@@ -59,7 +59,13 @@ def sample_lines(report: ReportData, show: int = SHOW) -> list[str]:
 
     if show < 1 or not report.summary["sites"]:
         return []
-    samples = sample_findings(report, "check", show, exclude=("corrupt",))
+    # A corrupt file is listed below with its error; a line or sample that did not decode
+    # (row-level corrupt) is shown here, at its row.
+    samples = [
+        f
+        for f in sample_findings(report, "check", show)
+        if f["check"] != "corrupt" or f["row"] is not None
+    ]
     if not samples:
         return []
     where = min(max(len(_where(f)) for f in samples), 48)
@@ -78,6 +84,8 @@ def sample_lines(report: ReportData, show: int = SHOW) -> list[str]:
                 f"{_clip(str(f['column'] or '-'), 20):<{column}}  {_clip(value, _VALUE_WIDTH)}"
             )
         total = sum(report.summary["sites"].get(check, {}).values())
+        if check == "corrupt":  # less the corrupt files, each listed below
+            total -= sum(1 for f in report.data["files"] if f["status"] == "corrupt")
         if total > len(found):
             lines.append(f"  {check:<14}... and {total - len(found):,} more")
     return lines
@@ -100,6 +108,26 @@ def _media_lines(folders: list[dict[str, Any]]) -> list[str]:
     if len(folders) > 10:
         lines.append(f"  ... and {len(folders) - 10} more folders (summary.media in report.json)")
     return lines
+
+
+def dialect_lines(report: ReportData) -> list[str]:
+    """Text files read with a delimiter their name does not imply, or a decimal comma."""
+    from datacheck.formats import is_tsv
+
+    lines = []
+    for f in report.data["files"]:
+        d = f.get("dialect") or {}
+        named = "tab" if is_tsv(f["path"]) else "comma"
+        if d.get("delimiter", named) == named and "decimal" not in d:
+            continue
+        how = f"{d['delimiter']}-separated" + (" (the name says " + named + ")")
+        if "decimal" in d:
+            how += ", decimal comma"
+        lines.append(f"  {display_path(f['path'])}: {how}")
+    if not lines:
+        return []
+    more = [f"  ... and {len(lines) - 10} more (dialect in report.json)"] if len(lines) > 10 else []
+    return ["", "read with a sniffed dialect:", *lines[:10], *more]
 
 
 def tolerance_lines(report: ReportData) -> list[str]:
@@ -143,6 +171,7 @@ def render_text(report: ReportData, show: int = SHOW) -> str:
                 f"  {'total':<14}{errors:>10,}{warnings:>10,}{sum(s['values'].values()):>12,}"
             )
     lines += _media_lines(s.get("media") or [])
+    lines += dialect_lines(report)
     lines += sample_lines(report, show)
     corrupt = [f for f in report.data["files"] if f["status"] == "corrupt"]
     if corrupt:

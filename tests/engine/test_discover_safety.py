@@ -87,12 +87,13 @@ def test_symlinked_folders_are_listed_not_dropped_and_cycles_end(
 
 def test_a_reader_error_quotes_only_a_short_escaped_excerpt_of_the_file(tmp_path: Path) -> None:
     path = tmp_path / "p.csv"
-    path.write_text("a,b\n1,2\nroot:x:0:0:root:/root:/bin/bash\x1b[31m-and-more-secret-text\n")
+    secret = "root:x:0:0:root:/root:/bin/bash\x1b[31m-and-more-secret-text"
+    path.write_text(f"a,b\n1,2\n{secret}\n3,4\n5,6\n")
     report = datacheck.scan(path, out=tmp_path / "out", executor="inprocess")
-    error = report.files.iloc[0]["error"]
-    assert error.startswith("ArrowInvalid: CSV parse error: ")
-    assert "Expected 2 columns, got 1: root:x:0" in error
-    assert "secret" not in error and "\x1b" not in error and error.endswith("...")
+    (bad,) = report.findings.itertuples()  # a line that does not parse: a row, not the file
+    assert (bad.check, bad.row) == ("corrupt", 1)
+    assert bad.value.startswith("line 3: 1 field, expected 2 (delimiter ','): 'root:x:0")
+    assert "secret" not in bad.value and "\x1b" not in bad.value and bad.value.endswith("...'")
 
 
 def test_a_file_name_that_is_not_utf8_is_reported_corrupt_under_an_escaped_name(

@@ -137,15 +137,9 @@ def _make_corrupt(kind: str, d: Path) -> Path:
     elif kind == "page_checksum":
         p = _good_parquet(d / "page.parquet", write_page_checksum=True, compression="none")
         _corrupt_page(p)
-    elif kind == "csv_ragged":
-        p = d / "ragged.csv"
-        p.write_text("a,b\n1,2\n3\n4,5\n")
     elif kind == "csv_undecodable":
         p = d / "undecodable.csv"
         p.write_bytes(b"a\n1.5\n\xff\xfe\x00abc\n")
-    elif kind == "jsonl_broken":
-        p = d / "broken.jsonl"
-        p.write_text('{"a": 1.0}\n{"a": 2.0\n')
     elif kind == "arrow_truncated":
         p = d / "t.arrow"
         write_table(pa.table({"x": np.arange(1000.0)}), p, "arrow")
@@ -161,9 +155,7 @@ CORRUPT_KINDS = [
     "wrong_magic",
     "truncated",
     "page_checksum",
-    "csv_ragged",
     "csv_undecodable",
-    "jsonl_broken",
     "arrow_truncated",
     "unknown_format",
 ]
