@@ -41,6 +41,10 @@ from datacheck.torch.stream._wire import StreamSide, is_stream, stream_ids
 
 logger = logging.getLogger("datacheck.torch")
 
+YIELDED_KEPT = 256
+"""Batches whose indices :meth:`GuardedLoader.take_indices` keeps for a trainer (a bound: a loop
+that never takes them holds no more)."""
+
 
 @dataclass
 class _Job:
@@ -99,6 +103,7 @@ class GuardedLoader:
         self._writer: QuarantineWriter | None = None
         self.batch_indices: list[Any] = []
         """Dataset indices of the rows of the batch last yielded (pass them to TrainingGuard)."""
+        self._yielded: deque[list[Any]] = deque(maxlen=YIELDED_KEPT)
         self.step = -1
         """Position in the epoch (sampler order, as in the manifest) of the batch last yielded."""
 
@@ -176,7 +181,13 @@ class GuardedLoader:
         n = len(self.loader)
         return -(-n // draw.world) if self._strided else n
 
-    def exclude(self, indices: Iterable[int]) -> None:
+    def take_indices(self) -> list[Any] | None:
+        """The dataset indices of the oldest batch yielded this epoch and not yet taken, for a
+        trainer that fetches batches ahead of using them (Hugging Face gathers a whole gradient
+        accumulation's batches first); None when every batch was taken."""
+        return self._yielded.popleft() if self._yielded else None
+
+    def exclude(self, indices: Iterable[Any]) -> None:
         """Never load or yield these dataset indices again in this run.
 
         The sampler skips them from now on; batches already drawn (prefetched) lose them when
@@ -262,6 +273,7 @@ class GuardedLoader:
         elif not self._epoch_set:
             self.epoch += 1
         self._epoch_set = False
+        self._yielded.clear()
         run = _EpochRun(self, rank, size)
         if run.share:
             self._take_shared(_b.share(self._unshared))
@@ -582,6 +594,7 @@ class _EpochRun:
         g.batch_indices = job.indices if keep is None else [job.indices[p] for p in keep]
         g.step = job.step
         g.stats.yielded += len(g.batch_indices)
+        g._yielded.append(g.batch_indices)
         return batch
 
 

@@ -1,6 +1,6 @@
 """Two-process training through a GuardedLoader under each trainer, run as a real script.
 
-``python -m tests.torch._ddp_train KIND OUT`` (``plain`` and ``accelerate`` under torchrun;
+``python -m tests.torch._ddp_train KIND OUT`` (``plain``, ``accelerate`` and ``hf`` under torchrun;
 ``lightning`` launches its second process itself, as ``strategy="ddp"`` does from a script).
 Each rank writes ``OUT/rank{r}.json``: the sample ids it trained on, per epoch, and its
 loader's batches per epoch. The quarantine goes to ``OUT/q``.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -127,11 +128,57 @@ def lightning(out: Path) -> None:
     _write(out, trainer.global_rank, model.epochs, [int(trainer.num_training_batches)] * EPOCHS)
 
 
+def hf(out: Path) -> None:
+    import transformers
+
+    from datacheck.torch.integrations.hf import GuardedTrainer
+
+    epochs: list[list[int]] = []
+
+    class Linear(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor, i: torch.Tensor) -> dict[str, torch.Tensor]:
+            epochs[-1] += i.tolist()
+            return {"loss": self.net(x).pow(2).mean()}
+
+    class Epochs(transformers.TrainerCallback):
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            epochs.append([])
+
+    args = transformers.TrainingArguments(
+        output_dir=str(out / "hf"),
+        per_device_train_batch_size=BATCH,
+        num_train_epochs=EPOCHS,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        ddp_backend="gloo",
+        disable_tqdm=True,
+    )
+    trainer = GuardedTrainer(
+        model=Linear(),
+        args=args,
+        train_dataset=Planted(),
+        callbacks=[Epochs()],
+        loader_options={"quarantine": str(out / "q"), "fits": "fp16", "max_load_errors": None},
+    )
+    trainer.train()
+    assert trainer.guarded_loader is not None
+    lengths = [len(trainer.guarded_loader)] * EPOCHS
+    _write(out, trainer.args.process_index, epochs, lengths)
+
+
 if __name__ == "__main__":
     kind, where = sys.argv[1], Path(sys.argv[2])
     if kind == "lightning":
         lightning(where)
     elif kind == "accelerate":
         accelerate(where)
+    elif kind == "hf":
+        hf(where)
     else:
         plain(where, sampler=kind == "plain-sampler")

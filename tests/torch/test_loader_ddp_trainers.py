@@ -1,4 +1,5 @@
-"""GuardedLoader under DDP whoever runs the loop: plain torch, accelerate, Lightning (2 gloo ranks).
+"""GuardedLoader under DDP whoever runs the loop: plain torch, accelerate, Lightning, the Hugging
+Face Trainer (GuardedTrainer), on 2 gloo ranks.
 
 Each run trains 2 epochs on 48 samples (batches of 4, ``shuffle=True``), three of them bad: a
 NaN, one whose loading raises, a 1e30 (``fits="fp16"``). Every clean sample must be trained on
@@ -78,7 +79,8 @@ def _check_shares(ranks: list[dict], out: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind", ["plain", "plain-sampler", "accelerate", "lightning"])
+@pytest.mark.parametrize("kind", ["plain", "plain-sampler", "accelerate", "lightning", "hf"])
 def test_every_clean_sample_once_per_epoch_across_ranks(tmp_path, kind):
-    pytest.importorskip({"accelerate": "accelerate", "lightning": "lightning"}.get(kind, "torch"))
+    needs = {"accelerate": "accelerate", "lightning": "lightning", "hf": "transformers"}
+    pytest.importorskip(needs.get(kind, "torch"))
     _check_shares(_launch(kind, tmp_path), tmp_path)

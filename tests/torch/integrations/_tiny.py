@@ -38,3 +38,20 @@ def clean_loss(weight: torch.Tensor, bias: torch.Tensor) -> float:
 
 
 GUARD_OPTIONS = {"clip_norm": 10.0, "checkpoint_every": 5}
+
+
+PLANTED_NAN, BROKEN, HUGE = 13, 42, 77
+"""A NaN input, a sample whose loading raises, an input of 1e30 (the loss overflows)."""
+
+
+class Planted(Regression):
+    """Regression with three bad samples of different kinds, one of each."""
+
+    def __init__(self) -> None:
+        super().__init__(nan=[PLANTED_NAN])
+        self.x[HUGE, 0] = 1e30
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if i == BROKEN:
+            raise OSError(f"[Errno 5] Input/output error: '/data/{i}.npy'")
+        return {**super().__getitem__(i), "i": torch.tensor(i)}

@@ -18,6 +18,7 @@ from tests.torch.integrations._tiny import (
 
 transformers = pytest.importorskip("transformers")
 
+from datacheck.torch import read_quarantine  # noqa: E402
 from datacheck.torch.integrations.hf import GuardedTrainer  # noqa: E402
 
 EPOCHS = 2
@@ -65,7 +66,7 @@ def train(tmp_path, spike: bool, guard_options: dict | None) -> tuple[Linear, ob
     if guard_options is None:
         trainer = transformers.Trainer(**kwargs)
     else:
-        trainer = GuardedTrainer(**kwargs, guard_options=guard_options)
+        trainer = GuardedTrainer(**kwargs, guard_options=guard_options, guard_data=False)
     trainer.train()
     return model, trainer
 
@@ -98,3 +99,97 @@ def test_the_guard_notices_an_lr_spike_and_training_ends_with_finite_weights(tmp
     assert "nonfinite" not in results[SPIKE_STEP].events and results[SPIKE_STEP].lr == 0.05 * SPIKE
     assert any(r.events and r.events != ("checkpoint",) for r in results[SPIKE_STEP + 1 :])
     assert math.isfinite(final_loss(model))
+
+
+class Embedded(torch.utils.data.Dataset):
+    """Sequences of 4 embeddings and a regression target for a tiny BERT, three samples bad: a
+    NaN input, one whose loading raises, a target of 1e30 (its squared error overflows)."""
+
+    NAN, BROKEN, HUGE = 11, 29, 50
+
+    def __init__(self, n: int = 64) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 4, 16, generator=g)
+        self.y = self.x[:, :, 0].mean(1)
+        self.x[self.NAN, 1, 3] = float("nan")
+        self.y[self.HUGE] = 1e30
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        if i == self.BROKEN:
+            raise OSError(f"[Errno 5] Input/output error: '/data/{i}.pt'")
+        return {"inputs_embeds": self.x[i], "labels": self.y[i]}
+
+
+def tiny_bert() -> torch.nn.Module:
+    config = transformers.BertConfig(
+        vocab_size=8,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=8,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=1,
+        problem_type="regression",
+    )
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(config)
+
+
+def per_sample_mse(outputs, inputs) -> torch.Tensor:
+    return (outputs.logits.squeeze(-1) - inputs["labels"]) ** 2
+
+
+def train_bert(tmp_path, **guarded) -> object:
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        num_train_epochs=2,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
+    kwargs = {"model": tiny_bert(), "args": args, "train_dataset": Embedded()}
+    trainer = GuardedTrainer(**kwargs, **guarded) if guarded else transformers.Trainer(**kwargs)
+    trainer.train()
+    return trainer
+
+
+def test_the_train_data_is_guarded_and_a_1e30_sample_is_named_once(tmp_path):
+    """A tiny BERT built from a config: the unreadable sample no longer ends the run, the NaN
+    one is dropped from its batch, and the one with a 1e30 target (kept by the loader: a
+    warning), whose squared error is Inf, is named by the guard from its per-sample loss and
+    quarantined, then never drawn again."""
+    q = tmp_path / "q"
+    trainer = train_bert(
+        tmp_path,
+        guard_options=GUARD_OPTIONS,
+        loader_options={"quarantine": str(q)},
+        sample_loss_fn=per_sample_mse,
+    )
+    rows = read_quarantine(q)
+    assert dict(zip(rows["index"], rows["check"], strict=True)) == {
+        Embedded.NAN: "nan",
+        Embedded.BROKEN: "load_error",
+        Embedded.HUGE: "nonfinite_loss",
+    }
+    assert set(rows["epoch"]) == {0}
+    skipped = [r for r in trainer.guard_results if "nonfinite" in r.events]
+    assert len(skipped) == 1  # epoch 0 only: not the same batch skipped every epoch
+    stats = trainer.guarded_loader.stats
+    assert (stats.load_errors, stats.dropped, stats.excluded) == (1, 2, 3)  # epoch 1: all three
+    params = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
+    assert torch.isfinite(params).all()
+
+
+def test_the_plain_trainer_ends_at_the_unreadable_sample(tmp_path):
+    with pytest.raises(OSError, match="Input/output error"):
+        train_bert(tmp_path)
