@@ -110,3 +110,39 @@ def test_dask_local_workers_from_such_a_script_fail_with_one_clear_line(tmp_path
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("datacheck.errors.UsageError: executor='distributed': dask could not")
     assert str(script) in last and "executor='processes'" in last
+
+
+LOADER_SCRIPT = """
+import json, threading, time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from datacheck.torch import GuardedLoader
+
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+
+
+class Samples(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return torch.full((4,), float("nan") if i == 5 else float(i))
+
+
+loader = GuardedLoader(DataLoader(Samples(), batch_size=4, num_workers=2), quarantine="q")
+print(json.dumps({"seen": sum(len(b) for b in loader), "bad": loader.stats.bad}))
+"""
+
+
+@pytest.mark.slow
+def test_guarded_loader_workers_from_such_a_script(tmp_path):
+    """The DataLoader's own workers (forked, torch's default on Linux) with a thread running."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(LOADER_SCRIPT))
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"seen": 31, "bad": 1}

@@ -42,7 +42,12 @@ def _loader(out: Path, sampler: bool = False) -> GuardedLoader:
         dl = DataLoader(ds, batch_size=BATCH, sampler=DistributedSampler(ds, shuffle=True))
     else:  # shuffle=True: no sampler of the ranks' own
         dl = DataLoader(ds, batch_size=BATCH, shuffle=True)
-    return GuardedLoader(dl, quarantine=out / "q", fits="fp16", max_load_errors=None)
+    return GuardedLoader(dl, **_options(out))
+
+
+def _options(out: Path) -> dict[str, Any]:
+    """What every run guards with."""
+    return {"quarantine": str(out / "q"), "fits": "fp16", "max_load_errors": None}
 
 
 def _write(out: Path, rank: int, epochs: list[list[int]], lengths: list[int]) -> None:
@@ -94,8 +99,12 @@ def accelerate(out: Path) -> None:
     _write(out, acc.process_index, epochs, lengths)
 
 
-def lightning(out: Path) -> None:
+def lightning(out: Path, callback: bool = False) -> None:
+    """``callback``: a plain DataLoader and GuardCallback, which wraps it once Lightning has put
+    its DistributedSampler in (and sets that sampler's epoch itself); else a GuardedLoader."""
     import lightning.pytorch as pl
+
+    from datacheck.torch.integrations.lightning import GuardCallback
 
     class Linear(pl.LightningModule):
         def __init__(self) -> None:
@@ -123,8 +132,10 @@ def lightning(out: Path) -> None:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        callbacks=[GuardCallback(loader_options=_options(out))] if callback else [],
     )
-    trainer.fit(model, _loader(out))
+    plain = DataLoader(Planted(), batch_size=BATCH, shuffle=True)
+    trainer.fit(model, plain if callback else _loader(out))
     _write(out, trainer.global_rank, model.epochs, [int(trainer.num_training_batches)] * EPOCHS)
 
 
@@ -164,7 +175,7 @@ def hf(out: Path) -> None:
         args=args,
         train_dataset=Planted(),
         callbacks=[Epochs()],
-        loader_options={"quarantine": str(out / "q"), "fits": "fp16", "max_load_errors": None},
+        loader_options=_options(out),
     )
     trainer.train()
     assert trainer.guarded_loader is not None
@@ -174,8 +185,8 @@ def hf(out: Path) -> None:
 
 if __name__ == "__main__":
     kind, where = sys.argv[1], Path(sys.argv[2])
-    if kind == "lightning":
-        lightning(where)
+    if kind.startswith("lightning"):
+        lightning(where, callback=kind == "lightning-callback")
     elif kind == "accelerate":
         accelerate(where)
     elif kind == "hf":

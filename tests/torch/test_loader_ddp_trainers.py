@@ -37,7 +37,7 @@ def _launch(kind: str, out: Path) -> list[dict]:
     }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     script = ["-m", "tests.torch._ddp_train", kind, str(out)]
-    if kind == "lightning":  # Lightning starts its second process itself
+    if kind.startswith("lightning"):  # Lightning starts its second process itself
         cmd = [sys.executable, *script]
     else:
         port = _free_port()
@@ -79,8 +79,10 @@ def _check_shares(ranks: list[dict], out: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind", ["plain", "plain-sampler", "accelerate", "lightning", "hf"])
+@pytest.mark.parametrize(
+    "kind", ["plain", "plain-sampler", "accelerate", "lightning", "lightning-callback", "hf"]
+)
 def test_every_clean_sample_once_per_epoch_across_ranks(tmp_path, kind):
     needs = {"accelerate": "accelerate", "lightning": "lightning", "hf": "transformers"}
-    pytest.importorskip(needs.get(kind, "torch"))
+    pytest.importorskip(needs.get(kind.split("-")[0], "torch"))
     _check_shares(_launch(kind, tmp_path), tmp_path)
