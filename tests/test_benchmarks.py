@@ -170,3 +170,21 @@ def test_bounded_benchmark_smoke_run_writes_every_case(tmp_path: Path) -> None:
     assert doc["results"]["huge"]["scan"]["rc"] == 1  # NaN found
     assert doc["results"]["peers"]["polars"]["rc"] == 0
     assert all(row[3] > 0 for row in doc["table"]["rows"])  # a tree peak for every case
+
+
+@pytest.mark.slow
+def test_ddp_loader_benchmark_smoke_run_writes_results(tmp_path: Path) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    args = ["--batch", "8", "--batches", "2", "--repeats", "1"]
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_loader_ddp.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results" / "loader-ddp-cpu.json").read_text())
+    assert doc["results"]["ranks"] == 2 and doc["results"]["ratio"] > 0
+    assert len(doc["results"]["guarded_ms_all"]) == 1
