@@ -84,7 +84,9 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp, "times.json"))
-        mp.start_processes(_rank, args=(args, _port(), out), nprocs=args.ranks, start_method="spawn")
+        mp.start_processes(
+            _rank, args=(args, _port(), out), nprocs=args.ranks, start_method="spawn"
+        )
         times = json.loads(Path(out).read_text())
     b, g = statistics.median(times["bare"]), statistics.median(times["guarded"])
     result = {
