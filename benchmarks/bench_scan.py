@@ -11,13 +11,18 @@ and prints ratios to the floor:
    ``datacheck-unisolated``: the same with ``isolate=False`` (readers in the process itself);
 3. pandas:   ``read_parquet`` + ``isnull().sum()`` + ``np.isinf(...).sum()``;
 4. pandera:  validating the same checks (finite, fp16 bound) on pandas;
-5. nan10:    datacheck on a shard where 10% of values are NaN, against its clean twin.
+5. nan10:    datacheck on a shard where 10% of values are NaN, against its clean twin;
+6. schema:   ``datacheck.scan`` with a pandera schema (every column's dtype, ``in_range`` on the
+   features, ``ge`` on the id: what a training set's schema says), one worker, in-process;
+   ``--baseline PATH`` (a checkout of an older commit, e.g. ``git worktree add /tmp/base
+   <commit>``) also runs it with that code, interleaved: ``schema-baseline``.
 
 Each variant runs ``--repeat`` times (default 3), interleaved, and the fastest run counts (warm
 page cache).  Peak RSS is the child's own VmHWM.  Results: ``benchmarks/results/scan.json``.
 
     python benchmarks/bench_scan.py                  # full size (~1.5 GB, a few minutes)
     python benchmarks/bench_scan.py --rows 200000    # smoke run
+    python benchmarks/bench_scan.py --only-schema --baseline /tmp/base --rows 200000 --shards 2
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -87,6 +93,26 @@ def v_datacheck(paths: list[str], isolate: bool = True) -> dict[str, float]:
     return {"worker_rss_mb": max(peaks, default=0.0)}
 
 
+def v_schema(paths: list[str], baseline: bool = False) -> None:
+    """The scan with a schema; ``baseline``: the code at ``DATACHECK_BENCH_BASELINE``."""
+    if baseline:
+        import sys
+
+        sys.path.insert(0, os.environ["DATACHECK_BENCH_BASELINE"])
+    import pandera.pandas as pa_
+
+    import datacheck
+
+    features = {
+        f"f{i:02d}": pa_.Column("float32", pa_.Check.in_range(-10, 10), nullable=False)
+        for i in range(FEATURES)
+    }
+    schema = pa_.DataFrameSchema({"id": pa_.Column("int64", pa_.Check.ge(0)), **features})
+    datacheck.scan(
+        paths, schema=schema, executor="inprocess", workers=1, fail_on="never", isolate=False
+    )
+
+
 def _vm_hwm_mb(pid: int | None) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -135,6 +161,8 @@ VARIANTS = {
         [str(Path(paths[0]) / "nan10" / "shard-clean.parquet")]
     ),
     "nan10-nan": lambda paths: v_datacheck([str(Path(paths[0]) / "nan10" / "shard-nan.parquet")]),
+    "schema": v_schema,
+    "schema-baseline": lambda paths: v_schema(paths, baseline=True),
 }
 
 
@@ -146,6 +174,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=960_000, help="rows per shard")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", help="a checkout of older code: schema-baseline runs it")
+    ap.add_argument("--only-schema", action="store_true", help="the schema variants only")
     args = ap.parse_args()
     root = Path(args.data)
     generate(root, args.rows, args.shards)
@@ -157,7 +187,9 @@ def main() -> None:
         f"{args.rows:,} rows each; one row group = {rg_bytes / 1e6:.0f} MB in memory"
     )
     load = os.getloadavg()
-    main_variants = ["floor", "datacheck", "datacheck-unisolated", "pandas", "pandera"]
+    if args.only_schema:
+        return schema_only(args, paths, size, load)
+    main_variants = ["floor", "datacheck", "datacheck-unisolated", "pandas", "pandera", "schema"]
     best = interleaved(__file__, main_variants, paths, args.repeat)
     nan = interleaved(__file__, ["nan10-clean", "nan10-nan"], [str(root)], args.repeat)
     floor = best["floor"]["seconds"]
@@ -191,6 +223,25 @@ def main() -> None:
         params={"rows": args.rows, "shards": args.shards, "repeat": args.repeat, "bytes": size},
         load_before=load,
     )
+
+
+def schema_only(args: argparse.Namespace, paths: list[str], size: int, load: Any) -> None:
+    """The floor, the scan with a schema and (``--baseline``) the same with older code."""
+    variants = ["floor", "schema"]
+    if args.baseline:
+        os.environ["DATACHECK_BENCH_BASELINE"] = str(Path(args.baseline).resolve())
+        variants.append("schema-baseline")
+    best = interleaved(__file__, variants, paths, args.repeat)
+    floor = best["floor"]["seconds"]
+    table = Table(["variant", "seconds", "× floor", "peak RSS (MB)"], title="scan with a schema")
+    for v in variants:
+        table.rows.append([v, best[v]["seconds"], best[v]["seconds"] / floor, best[v]["rss_mb"]])
+    result: dict[str, Any] = {**best, "schema_x_floor": best["schema"]["seconds"] / floor}
+    if args.baseline:
+        result["schema_x_baseline"] = best["schema"]["seconds"] / best["schema-baseline"]["seconds"]
+        result["baseline"] = args.baseline
+    params = {"rows": args.rows, "shards": args.shards, "repeat": args.repeat, "bytes": size}
+    write_results("scan-schema", result, table=table, params=params, load_before=load)
 
 
 if __name__ == "__main__" and not child_main(VARIANTS):

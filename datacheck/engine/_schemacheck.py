@@ -63,6 +63,17 @@ def _parse(arr: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray | N
     return out, bad if bad.any() else None
 
 
+_NAN_TEXT = ("nan", "NaN", "-nan", "-NaN")
+
+
+def _nan_text_as_null(arr: pa.Array) -> pa.Array:
+    """A CSV text column's NaN spellings as null, as pandas' ``read_csv`` reads them."""
+    mask = pc.is_in(arr, pa.array(_NAN_TEXT, arr.type))
+    if not pc.any(mask).as_py():
+        return arr
+    return pc.if_else(mask, pa.nulls(len(arr), arr.type), arr)
+
+
 def _severity(check: Any) -> Severity:
     return Severity.WARNING if getattr(check, "raise_warning", False) else ERR
 
@@ -90,8 +101,7 @@ class SchemaRun:
         self.current: dict[str, list[pa.Array]] = {}
         """This batch's checked columns, piece by piece."""
         self.errors: dict[tuple[str | None, str], fnd.Finding] = {}
-        self.coerced: set[str] = set()
-        """Columns cast to the schema's dtype (pandera's checks see its pandas type)."""
+        self.batches = 0
         types = {f.name: f.type for f in arrow_schema} if arrow_schema is not None else {}
         self.dictionaries = {n: pa.types.is_dictionary(t) for n, t in types.items()}
         """Columns stored dictionary-encoded: pandas reads them as categories."""
@@ -134,6 +144,12 @@ class SchemaRun:
         A value that cannot be read or cast as the schema says is a ``schema`` finding at its
         row, and null afterwards (never also a ``null`` finding)."""
         spec = self.spec(name)
+        if (
+            self.text
+            and pa.types.is_string(arr.type)
+            and parse_type(getattr(spec, "dtype", None)) is None
+        ):
+            arr = _nan_text_as_null(arr)  # pandas reads these as NaN: null, in a text column
         if spec is None:
             if self.dropped(name):
                 return arr, NOTHING
@@ -143,6 +159,8 @@ class SchemaRun:
         text = self.text and pa.types.is_string(arr.type) and parse_type(spec.dtype) is not None
         if text:  # a CSV's numbers: parsed, then cast to the dtype (2.4 is no int64)
             arr, bad = _parse(arr, pa.float64())
+        if self.text and pa.types.is_null(arr.type) and spec.coerce:  # pandas: float64 NaN
+            arr = pa.nulls(len(arr), pa.float64())
         if spec.default is not None and arr.null_count:
             arr = fill_default(arr, spec)
         if text and arr.type != arrow_type_for(spec.dtype):
@@ -171,8 +189,6 @@ class SchemaRun:
         those its cast fails on or would change; a float source's NaN and Inf are reported
         as such, whatever they become."""
         result = cast(arr, spec.target)
-        if spec.coerce:
-            self.coerced.add(name)
         if pa.types.is_floating(arr.type) and not pa.types.is_floating(result.values.type):
             valid = _mask(pc.is_valid(arr))
             _emit_mask(name, "nan", valid & _mask(pc.is_nan(arr)), offset, emit)
@@ -213,12 +229,16 @@ class SchemaRun:
         """The column as pandera's checks see it: as pandas reads the file (a dictionary as a
         category), in the pandas type pandera casts to where the schema coerces it."""
         series = arr.to_pandas()
+        if self.text and pa.types.is_null(arr.type) and len(arr):  # an empty CSV column
+            series = series.astype("float64")
         series.name = name
         spec = self.spec(name)
-        if spec is not None and name in self.coerced:
-            with contextlib.suppress(Exception):  # pandera's cast: as pandera would check
-                series = spec.target.coerce(series)
-                series.name = name
+        if spec is not None and spec.coerce and spec.target is not None:
+            with contextlib.suppress(Exception):  # pandera casts it, whatever the type was
+                cast_series = spec.target.coerce(series)
+                if not (cast_series.notna() & series.isna()).any():  # a null stays null
+                    series = cast_series
+                    series.name = name
         elif self.dictionaries.get(name) and series.dtype != "category":
             series = series.astype("category")
         return series
@@ -259,6 +279,7 @@ class SchemaRun:
         checks and uniqueness need: the checked columns of the batch."""
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         n = table.num_rows
+        self.batches += 1
         for name, spec in self.schema.columns.items():  # add_missing_columns
             if spec.fill and not spec.regex and name not in table.schema.names:
                 self.cache.setdefault(name, spec)
@@ -335,7 +356,30 @@ class SchemaRun:
             for check in self.schema.frame_checks:
                 if not per_value(check):
                     self._outcome(None, check, run_check(check, frame), len(frame), 0, emit)
+        if not self.batches:
+            self._empty_file(emit)
         return list(self.errors.values())
+
+    def _empty_file(self, emit: Emit) -> None:
+        """A file without rows: pandera still runs every check, on empty columns (a check
+        that wants rows, or compares types that do not compare, fails on those too)."""
+        if self.arrow_schema is None:
+            return
+        empty = self.arrow_schema.empty_table()
+        for name, column in zip(empty.schema.names, empty.columns, strict=True):
+            spec = self.spec(name)
+            if spec is None or self.dropped(name):
+                continue
+            arr = column.combine_chunks()
+            is_float = pa.types.is_floating(arr.type)
+            rules = spec_rules(spec, is_float, is_float or pa.types.is_integer(arr.type))
+            series = self._series(name, arr)
+            for check in rules.pandas_checks:
+                self._outcome(name, check, run_check(check, series), 0, 0, emit)
+        if self.schema.frame_checks:
+            frame = _frame(self._checked(empty))
+            for check in self.schema.frame_checks:
+                self._outcome(None, check, run_check(check, frame), 0, 0, emit)
 
     def _unique_sets(self, emit: Emit) -> None:
         """pandera checks the sets in turn and reports the first with duplicated rows."""
@@ -345,6 +389,7 @@ class SchemaRun:
                 continue
             frame = pa.concat_tables(parts, promote_options="default").to_pandas()
             dup = frame.duplicated(keep=_KEEP[keep]).to_numpy()
+            dup = dup & frame.notna().any(axis=1).to_numpy()  # pandera drops null failures
             if dup.any():
                 present = [c for c in dict.fromkeys(cols) if c in frame.columns]
                 _emit_mask(",".join(present), "unique", dup, 0, emit)
@@ -414,14 +459,14 @@ def fill_default(arr: pa.Array, spec: ColumnSpec) -> pa.Array:
 
 
 def missing_column(spec: ColumnSpec, n: int) -> pa.Array:
-    """The column pandera's ``add_missing_columns`` adds: its default (or nulls), cast to its
-    dtype."""
+    """The column pandera's ``add_missing_columns`` adds: its default (or nulls), cast to the
+    column's own dtype (a schema-level ``dtype`` comes after, with ``coerce``)."""
     import pandas as pd
 
     series = pd.Series([spec.default] * n if spec.default is not None else [None] * n)
-    if spec.target is not None:
+    if spec.own_dtype is not None:
         with contextlib.suppress(Exception):
-            series = spec.target.try_coerce(series)
+            series = spec.own_dtype.try_coerce(series)
     try:
         return pa.array(series, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError):

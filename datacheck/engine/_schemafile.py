@@ -43,8 +43,11 @@ def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:
 def match_index(stored: list[str], specs: tuple[ColumnSpec, ...], ordered: bool) -> dict:
     """Stored index column -> the schema's level: by position, or (a ``MultiIndex`` with
     ``ordered: false``) by name, unnamed levels taking the stored ones left over in order."""
-    if ordered or len(specs) < 2:
+    if len(specs) < 2:
         return dict(zip(stored, specs, strict=False))
+    if ordered:  # a named level out of place is not checked (pandera: column_ordered)
+        pairs = zip(stored, specs, strict=False)
+        return {c: s for c, s in pairs if s.name == c or s.name.startswith("__index_level_")}
     out = {s.name: s for s in specs if s.name in stored}
     rest = [c for c in stored if c not in out]
     unnamed = [s for s in specs if s.name.startswith("__index_level_")]

@@ -420,6 +420,7 @@ def _reader_options(
         return options if options is not None else {}
     opts = dict(options or {})
     opts.setdefault("arrow_types", schema.arrow_types_for(format_name))
+    opts.setdefault("pandas_nulls", True)  # a CSV's nulls as pandas (and so pandera) reads them
     if schema.media is not None:
         opts.setdefault("media", schema.media)
     if schema.tensors is not None:  # what a reader summarises itself (HDF5 fill values)

@@ -59,6 +59,11 @@ MOSTLY_BAD = 0.5
 """When at least this fraction of the records do not parse, the file is corrupt whole."""
 # NaN is not null: the CSV spellings of NaN must parse as float NaN, so they are not listed.
 CSV_NULLS = ["", "NULL", "null", "NA", "N/A", "None", "none", "#N/A"]
+PANDAS_NULLS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "<NA>"]
+PANDAS_NULLS += ["N/A", "NA", "NULL", "None", "n/a", "null"]
+"""pandas' ``read_csv`` nulls (quoted or not), but its NaN spellings (``nan``, ``NaN``, ...):
+read with a schema (option ``pandas_nulls``), a CSV means what pandera sees, and a NaN in a
+number column stays NaN."""
 _QUOTED = re.compile(rb'"(?:[^"]|"")*"')
 _DECIMAL_COMMA = re.compile(rb"^\s*[-+]?\d+,\d+\s*$")
 
@@ -269,9 +274,9 @@ def reader(
         parse_options=pacsv.ParseOptions(delimiter=dialect.delimiter, invalid_row_handler=handler),
         convert_options=pacsv.ConvertOptions(
             column_types=_numbers_kept(types, dialect),
-            null_values=CSV_NULLS,
+            null_values=PANDAS_NULLS if options.get("pandas_nulls") else CSV_NULLS,
             strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
+            quoted_strings_can_be_null=bool(options.get("pandas_nulls")),
             decimal_point=dialect.decimal,
         ),
     )

@@ -9,7 +9,7 @@ What comes out is a :class:`~datacheck.schema._spec.CompiledSchema` (``_spec.py`
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from datacheck.checks._pandas import ELEMENTWISE, NumericCheck
@@ -227,6 +227,7 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         aggregate,
         dtype if dname is not None else None,
         None if _isna(column.default) else column.default,
+        column.dtype,
     )
 
 
@@ -258,10 +259,20 @@ def _index_specs(schema: Any) -> tuple[ColumnSpec, ...]:
     if hasattr(index, "indexes") and (index.unique or index.strict or index.coerce):
         raise SchemaError("multiindex unique/strict/coerce are not supported; remove them")
     out = []
+    frame = _DtypeOnly(schema.dtype)  # a schema-level dtype is the index's too (pandera)
     for i, level in enumerate(levels):
-        spec = compile_column(level.name or f"__index_level_{i}__", level, None)
+        spec = compile_column(level.name or f"__index_level_{i}__", level, frame)
         out.append(replace(spec, coerce=bool(level.coerce)))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class _DtypeOnly:
+    """What an index level takes from its schema: the schema-level ``dtype``, nothing else."""
+
+    dtype: Any
+    coerce: bool = False
+    add_missing_columns: bool = False
 
 
 def _unique_sets(schema: Any) -> tuple[tuple[tuple[str, ...], str], ...]:

@@ -43,6 +43,9 @@ class ColumnSpec:
     categories."""
     default: Any = None
     """pandera's ``default``: nulls are this value before any check runs."""
+    own_dtype: Any = None
+    """The column's own pandera ``DataType`` (before a schema-level ``dtype``): pandera
+    builds a column it adds with it."""
 
     @property
     def dtype(self) -> str | None:

@@ -71,8 +71,8 @@ class Example:
     path: Path
     frame: pd.DataFrame
     """What pandas reads from the file: pandera validates this."""
-    index_names: set[str] = field(default_factory=set)
-    """Columns that hold a stored index (and the schema's index level names)."""
+    index_names: dict[str, str] = field(default_factory=dict)
+    """Columns that hold a stored index (and the schema's index levels) -> pandera's name."""
 
     def __post_init__(self) -> None:
         if self.fmt == "csv" and self.table.num_columns == 1:  # a null is a blank line: skipped
@@ -163,7 +163,7 @@ def pandera_answer(schema: Any, frame: pd.DataFrame) -> tuple[Answer, pd.DataFra
     answer = Answer()
     positions = _positions(frame.index)
     for r in cases.itertuples():
-        for site, kind, severity in _pandera_sites(schema, r, positions):
+        for site, kind, severity in _pandera_sites(schema, r, positions, frame):
             answer.add(site, severity, kind, r.failure_case)
     return answer, cases
 
@@ -176,7 +176,9 @@ def _positions(index: pd.Index) -> dict[Any, int]:
     return out
 
 
-def _pandera_sites(schema: Any, r: Any, positions: dict[Any, int]) -> list[tuple[Site, str, str]]:
+def _pandera_sites(
+    schema: Any, r: Any, positions: dict[Any, int], frame: pd.DataFrame
+) -> list[tuple[Site, str, str]]:
     ctx, col, chk = r.schema_context, r.column, str(r.check)
     row = None if r.index is None or _isna(r.index) else positions.get(r.index)
     if r.index is not None and not _isna(r.index) and row is None:
@@ -185,8 +187,17 @@ def _pandera_sites(schema: Any, r: Any, positions: dict[Any, int]) -> list[tuple
         col = index_label(None if _isna(col) else col)
     elif _isna(col):
         col = None
+    elif col not in frame.columns and col in schema.columns and schema.columns[col].regex:
+        col = _matched_column(frame, col, row, r.failure_case)  # pandera names the pattern
     if chk in _PRESENCE:
-        return [(Site(r.failure_case, "schema", None), "presence", "error")]
+        name = r.failure_case
+        return [
+            (
+                Site(index_label(name) if ctx != "DataFrameSchema" else name, "schema", None),
+                "presence",
+                "error",
+            )
+        ]
     if chk.startswith("no_regex_column_match("):
         return [
             (Site(chk[len("no_regex_column_match('") : -2], "schema", None), "presence", "error")
@@ -204,11 +215,12 @@ def _pandera_sites(schema: Any, r: Any, positions: dict[Any, int]) -> list[tuple
         return [(Site(col, "schema", row), kind, "error")]
     if chk.startswith("field_name("):
         return [(Site(col, "schema", None), "presence", "error")]
-    check = _check_object(schema, ctx, col, r.check_number, chk)
-    if check is None:
+    checks = _check_objects(schema, ctx, col, r.check_number, chk)
+    if not checks:
         return [(Site(col, chk, row), "unknown", "error")]
-    name = report_name(check)
-    severity = "warning" if check.raise_warning else "error"
+    check = checks[0]
+    name = report_name(check)  # checks alike in name and label: an error if any is one
+    severity = "warning" if all(c.raise_warning for c in checks) else "error"
     failure = r.failure_case
     if isinstance(failure, str) and re.match(r"^[A-Za-z]+(Error|Exception)\(", failure):
         return [
@@ -219,6 +231,16 @@ def _pandera_sites(schema: Any, r: Any, positions: dict[Any, int]) -> list[tuple
             return [(Site(k, name, row), "frame", severity) for k in failure]
         return [(Site(None, name, row), "frame" if row is not None else "aggregate", severity)]
     return [(Site(col, name, row), "check" if row is not None else "aggregate", severity)]
+
+
+def _matched_column(frame: pd.DataFrame, pattern: str, row: int | None, value: Any) -> str:
+    """The column a pattern's failure is about: the matching column holding the value."""
+    matched = [c for c in frame.columns if re.match(pattern, str(c))]
+    for c in matched:
+        v = frame[c].iloc[row] if row is not None and row < len(frame) else None
+        if (_isna(v) and _isna(value)) or (not _isna(v) and str(v) == str(value)):
+            return str(c)
+    return str(matched[0]) if matched else pattern
 
 
 def index_label(name: Any) -> str:
@@ -237,9 +259,10 @@ def report_name(check: Any) -> str:
     return "extreme" if name == "max_abs" else name
 
 
-def _check_object(schema: Any, ctx: str, col: Any, number: Any, label: str) -> Any:
+def _check_objects(schema: Any, ctx: str, col: Any, number: Any, label: str) -> list[Any]:
+    """The schema's checks a failure case can be from (pandera numbers alike checks alike)."""
     if number is None or _isna(number):
-        return None
+        return []
     n = int(number)
     if ctx == "DataFrameSchema":
         candidates = [schema.checks]
@@ -252,13 +275,10 @@ def _check_object(schema: Any, ctx: str, col: Any, number: Any, label: str) -> A
             for k, c in schema.columns.items()
             if (re.match(k, str(col)) if c.regex else k == col)
         ]
-    fallback = None
-    for checks in candidates:
-        if n < len(checks):
-            fallback = fallback or checks[n]
-            if (checks[n].error or checks[n].name) == label:
-                return checks[n]
-    return fallback
+    found = [c for checks in candidates for c in checks if (c.error or c.name) == label]
+    if found:
+        return found
+    return [checks[n] for checks in candidates if n < len(checks)][:1]
 
 
 # --- datacheck's answer ------------------------------------------------------------------
@@ -268,7 +288,7 @@ class Refused(Exception):
     """datacheck refused the schema (one line, exit 2)."""
 
 
-def datacheck_answer(schema: Any, path: Path, out: Path, index_names: set[str]) -> Answer:
+def datacheck_answer(schema: Any, path: Path, out: Path, index_names: Any) -> Answer:
     """``datacheck.scan`` in this process (no worker processes: the fast path) as sites."""
     try:
         report = datacheck.scan(path, schema=schema, out=out, isolate=False, workers=1)
@@ -279,12 +299,15 @@ def datacheck_answer(schema: Any, path: Path, out: Path, index_names: set[str]) 
     return answer
 
 
-def findings_answer(f: pd.DataFrame, index_names: set[str]) -> Answer:
+def findings_answer(f: pd.DataFrame, index_names: set[str] | dict[str, str]) -> Answer:
+    """The scan's findings as sites; a stored index column is named by the schema's level it
+    is (``index_names``: stored name -> level name), as pandera names it."""
     answer = Answer()
+    aliases = index_names if isinstance(index_names, dict) else {n: n for n in index_names}
     for r in f.itertuples():
         col = None if pd.isna(r.column) else r.column
-        if col is not None and col in index_names:
-            col = index_label(col)
+        if col is not None and col in aliases:
+            col = index_label(aliases[col])
         row = None if pd.isna(r.row) else int(r.row)
         answer.add(Site(col, r.check, row), r.severity, "" if pd.isna(r.value) else str(r.value))
     return answer
@@ -371,8 +394,12 @@ def _dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> 
     a category's null left to ``nullable``."""
     if site.check != "schema":
         return False
-    if side == "datacheck":
-        return site.row is None and bool(_in_column(theirs, site.column, {"dtype"}))
+    if side == "datacheck":  # pandera names values, or passes what pandas read instead
+        if site.row is not None:
+            return False
+        return bool(_in_column(theirs, site.column, {"dtype"})) or (
+            ex.fmt == "parquet" and not _stored_type_is_schemas(ex, site.column)
+        )
     if not theirs.kinds.get(site, set()) <= {"dtype", "coerce"}:
         return False
     if Site(site.column, "schema", None) in ours.sites:
@@ -390,6 +417,10 @@ def _stored_type_is_schemas(ex: Example, col: str | None) -> bool:
     if ex.fmt != "parquet" or col not in ex.table.column_names:
         return False
     stored = pq.read_schema(ex.path).field(col).type
+    if pa.types.is_timestamp(stored):  # units are not compared (DIFFERENCES dtype)
+        stored = pa.timestamp("ns", stored.tz)
+    elif pa.types.is_duration(stored):
+        stored = pa.duration("ns")
     try:
         read = pa.array([], stored).to_pandas().dtype
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -407,7 +438,9 @@ def _fp16(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> b
     v = ex.value(site.column, site.row)
     if side != "datacheck" or site.check != "extreme" or ours.sites[site] != "warning":
         return False
-    if not isinstance(v, float) or not math.isfinite(v) or abs(v) <= 65504:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return False
+    if abs(v) <= 65504:
         return False
     return not any(c.name == "max_abs" for col in _columns(ex, site.column) for c in col.checks)
 
@@ -420,8 +453,8 @@ def _text_dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str
         return False
     if _read_differently(ex, ours, site.column):
         return True
-    if site.check != "schema":
-        return False
+    if site.check != "schema":  # a cell that is not of the dtype is not checked further
+        return site.row is not None and Site(site.column, "schema", site.row) in ours.sites
     if side == "pandera":
         return bool(theirs.kinds.get(site, set()) & {"dtype"})
     return site.row is None or bool(_in_column(theirs, site.column, {"dtype"}))
@@ -448,6 +481,10 @@ def _read_differently(ex: Example, ours: Answer, col: str | None) -> bool:
 
 def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
     col = site.column
+    if isinstance(col, str) and "," in col and col not in ex.frame.columns:  # a unique set
+        return any(
+            _coerce(ex, theirs, ours, Site(c, site.check, site.row), side) for c in col.split(",")
+        )
     coerced = any(c.coerce for c in _columns(ex, col)) or ex.schema.coerce
     if not coerced and not (col is None and ex.schema.coerce):
         return False
@@ -457,6 +494,8 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
                 return True  # pandera's cast fails on a null: a null stays null
             if col is None and site.row is None:  # the frame's cast failed: the scan names it
                 return any(s.check == "schema" for s in ours.sites)
+            if theirs.kinds.get(site) == {"dtype"} and _in_column(theirs, col, {"coerce"}):
+                return True  # pandera names a cast that failed a second time, as its dtype
             if site.row is None:  # pandera fails the column as a whole: the scan names rows
                 return bool([s for s in _in_column(ours, col, check="schema") if s.row is not None])
             return ex.value(col, site.row) is None  # a null stays null
@@ -465,6 +504,8 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
                 _in_column(theirs, col, {"coerce"})
             )
         return False
+    if site.row is not None and _pandera_cast_changes(ex, col, site.row):
+        return True  # pandera's cast changed the value (a null into bool is True): it checks that
     if bool(_in_column(theirs, col, {"coerce"})):  # pandera checks the uncast column
         return True
     return site.row is not None and Site(col, "schema", site.row) in ours.sites
@@ -473,7 +514,8 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
 def _pandera_cast_changes(ex: Example, col: str | None, row: int) -> bool:
     """pandera's cast of the value pandas read changes it (a wrap, a cut fraction, NaN or
     Inf into an integer, an overflow, text into bool)."""
-    dtypes = [c.dtype for c in _columns(ex, col) if c.coerce and c.dtype is not None]
+    cast = [c for c in _columns(ex, col) if c.coerce or ex.schema.coerce]
+    dtypes = [c.dtype for c in cast if c.dtype is not None]
     if ex.schema.dtype is not None:
         dtypes = [ex.schema.dtype]
     if not dtypes or col not in ex.frame.columns:
@@ -508,11 +550,12 @@ def _undeclared(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str
 
 
 def _null_column(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
+    """A summary of the column's ``null`` findings (each compared with pandera's on its own):
+    at least half its rows."""
     if side != "datacheck" or site.check != "null_column" or site.row is not None:
         return False
-    if site.column not in ex.table.column_names or not ex.table.num_rows:
-        return False
-    return ex.table.column(site.column).null_count >= 0.5 * ex.table.num_rows
+    nulls = len(_in_column(ours, site.column, check="null"))
+    return bool(len(ex.frame)) and nulls >= 0.5 * len(ex.frame)
 
 
 def _mapped(*_: Any) -> bool:
@@ -595,15 +638,21 @@ class Case:
     """A pandas index to store in the Parquet file (written through pandas)."""
 
 
-def index_names(schema: Any, index: pd.Index | None) -> set[str]:
-    names: set[str] = set()
-    if index is not None:
-        names.update(
-            n if n is not None else f"__index_level_{i}__" for i, n in enumerate(index.names)
-        )
+def index_names(schema: Any, index: pd.Index | None) -> dict[str, str]:
+    """Stored index columns and the schema's index levels -> the name pandera gives them:
+    a single level's own name in the schema (a MultiIndex: each level by its name)."""
+    names: dict[str, str] = {}
+    levels = []
     if getattr(schema, "index", None) is not None:
         levels = list(getattr(schema.index, "indexes", [schema.index]))
-        names.update(lv.name or f"__index_level_{i}__" for i, lv in enumerate(levels))
+        for i, lv in enumerate(levels):
+            names[lv.name or f"__index_level_{i}__"] = lv.name or f"__index_level_{i}__"
+    if index is not None:
+        stored = [n if n is not None else f"__index_level_{i}__" for i, n in enumerate(index.names)]
+        for name in stored:
+            names.setdefault(name, name)
+        if len(levels) == 1 and len(stored) == 1:
+            names[stored[0]] = levels[0].name or "__index_level_0__"
     return names
 
 
@@ -674,7 +723,7 @@ def check_generated(gen: Any, folder: Path, cli: bool = False) -> Outcome:
     return Outcome("disagree" if verdict.problems else "agree", verdict.problems, verdict.used)
 
 
-def cli_answer(spec: Any, path: Path, out: Path, names: set[str]) -> Answer:
+def cli_answer(spec: Any, path: Path, out: Path, names: Any) -> Answer:
     """The real CLI, as a user runs it: exit 0/1 with a report, 2 with one line."""
     import os
     import subprocess
