@@ -180,7 +180,11 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
         hist.reasons["step"] = "row numbers: no column of whole numbers rises over the log"
     kept = _data_rows(cols, keys) & ~np.isnan(steps_all)
     rows = None if kept.all() else np.flatnonzero(kept)
-    _series(hist, cols, keys, steps_all, kept)
+    records = _records(cols, counter, keys, kept)
+    if records is not None:  # a record printed over several lines: one reading each
+        rows = _merged(hist, cols, keys, steps_all, kept, records)
+    else:
+        _series(hist, cols, keys, steps_all, kept)
     readings: NDArray[np.int64] | int = cols.n if rows is None else rows
     hist.events = _events(table, cols, steps_all, readings, counter)
     hist.nonfinite = _nonfinite(cols, steps_all, readings)
@@ -218,6 +222,64 @@ def _series(
         else:
             out.append(Series.wrap(as_array(np.asarray(values, dtype=np.float64)[kept])))
     hist.loss, hist.grad_norm, hist.lr = out
+
+
+def _chosen(cols: Columns, keys: Keys) -> list[NDArray[np.float64] | None]:
+    loss = _loss_values(cols, keys)
+    out: list[NDArray[np.float64] | None] = [
+        None if loss is None else np.asarray(loss, dtype=np.float64)
+    ]
+    out += [_column(cols, k) for k in (keys.grad_norm, keys.lr)]
+    return out
+
+
+def _records(
+    cols: Columns, counter: Counter | None, keys: Keys, kept: NDArray[np.bool_]
+) -> NDArray[np.int64] | None:
+    """The record of each row when the log prints a record over several lines (a counter line,
+    then a line per value: OLMo's ``[step=N]``, Composer's ``[batch=N]:``) and no value comes
+    twice in one record; ``None`` otherwise."""
+    col = cols.cols.get(counter.fine) if counter is not None else None
+    if col is None:
+        return None
+    own = np.frombuffer(col, np.float64) != MISSING
+    if not (own & ~kept).any():
+        return None  # every counter line is a reading: no records
+    rec = np.cumsum(own) - 1
+    for arr in _chosen(cols, keys):
+        if arr is None:
+            continue
+        at = rec[(arr != MISSING) & (rec >= 0)]
+        if len(at) and np.bincount(at).max() > 1:
+            return None  # a value twice in a record: the lines are readings of their own
+    return rec
+
+
+def _merged(
+    hist: History,
+    cols: Columns,
+    keys: Keys,
+    steps: NDArray[np.float64],
+    kept: NDArray[np.bool_],
+    rec: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """One reading per record with a value; returns each reading's last row (for events)."""
+    own_rows = np.flatnonzero(rec[1:] != rec[:-1]) + 1
+    if len(rec) and rec[0] >= 0:
+        own_rows = np.concatenate(([0], own_rows))
+    n = int(rec.max()) + 1 if len(rec) else 0
+    with_data = np.unique(rec[kept & (rec >= 0)])
+    out = []
+    for arr in _chosen(cols, keys):
+        merged = np.full(n, MISSING)
+        if arr is not None:
+            present = (arr != MISSING) & (rec >= 0)
+            merged[rec[present]] = arr[present]
+        out.append(Series.wrap(as_array(merged[with_data])))
+    hist.loss, hist.grad_norm, hist.lr = out
+    hist.steps = Floats.wrap(as_array(steps[own_rows[with_data]]))
+    last = np.concatenate((own_rows[1:] - 1, [len(rec) - 1]))
+    return np.asarray(last[with_data], dtype=np.int64)
 
 
 def counter_is_column(cols: Columns, steps: NDArray[np.float64]) -> bool:

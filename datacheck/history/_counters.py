@@ -250,7 +250,7 @@ def choose_counter(cols: Columns, data: NDArray[np.bool_]) -> Counter | None:
         (c.key for c, s in options if c.key != best.key and s.distinct >= 0.5 * finest),
         key=lambda k: (counter_rank(k), k),
     )[:3]
-    why = f"{best.key}: rises over the log ({bs.distinct:,} values on {data.sum():,} readings"
+    why = f"{best.key}: rises over the log ({bs.distinct:,} values on {data.sum():,} lines"
     why += f", {bs.falls} restart(s)" if bs.falls else ""
     why += "), the finest counter"
     if len(near) > 1:

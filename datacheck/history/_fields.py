@@ -36,7 +36,12 @@ NUM = rf"(?>[-+]?+(?:(?:\d++(?:\.\d*+)?+|\.\d++){_E}|(?-i:{_NAN}|{_INF})))(?:(?!
 """A number as ``float()`` reads it (``nan``/``inf`` in any ASCII case: never a dotless ``ı``,
 which ``re.IGNORECASE`` would take for an ``i``)."""
 _QUAL = r"(?:(?:train|training|val|valid|validation|eval|test|lm)\s++)?+"
-_TWO_WORDS = r"learning\s++rate|gradient\s++norm|grad\s++norm|loss\s++scale"
+_TWO_WORDS = (
+    r"learning\s++rate|gradient\s++norm|grad\s++norm|loss\s++scale"
+    r"|[A-Za-z]{1,12}\s++loss(?![\w./-])"
+)
+"""Keys of two words: the LR, the grad norm, the loss scale, and a loss with its qualifier
+(a GAN's ``D loss: 0.5 G loss: 1.2``, ``total loss 2.3``, ``Train loss 2.3``)."""
 _PAIR = re.compile(
     rf"(?:(?<![\w./-])|{_GLUED})(?!(?:nan|inf|infinity)(?![\w./-]))"
     rf"({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"

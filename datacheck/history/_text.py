@@ -221,7 +221,9 @@ def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], 
     named = False
     if all(is_positional(k) for k in row):  # nothing named: a row of a table?
         cells, named = _columns(line, ctx)
-        row = {**cells, **row} if cells else row
+        if cells:  # a cell's own name wins over a bare counter read at the same place
+            taken = {at for _, at in cells.values()}
+            row = {**{k: v for k, v in row.items() if v[1] not in taken}, **cells}
     mode, computed = _counters(line, row, ctx)
     events = []
     if (

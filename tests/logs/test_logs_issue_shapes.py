@@ -152,3 +152,20 @@ def test_every_lr_spelling(tmp_path, field, key):
     hist = _logs.read_history(path)
     tl = _logs.analyze(hist)
     assert hist.keys["lr"] == key and tl.suggested_lr == pytest.approx(5e-5)
+
+
+def test_a_headerless_csv_has_numbered_columns(tmp_path):
+    rows = [f"{76930 + 10 * i},{2.65 - i / 1000}" for i in range(20)] + ["77130,nan"]
+    tl, code = _timeline(tmp_path, "\n".join(rows) + "\n", name="losses.csv")
+    assert (code, tl["status"], tl["nan_step"]) == (1, "nan", 77130)
+    assert (tl["keys"]["step"], tl["keys"]["loss"]) == ("column_1", "column_2")
+
+
+def test_a_gan_prints_both_losses_and_either_may_go_nan(tmp_path):
+    lines = [
+        f"[Epoch 0/5] [Batch {b}/100] [D loss: {0.5 + b / 1000:.4f}] [G loss: "
+        f"{'nan' if b == 80 else f'{1.2 - b / 1000:.4f}'}]"
+        for b in range(0, 100, 5)
+    ]
+    tl, _ = _timeline(tmp_path, "\n".join(lines) + "\n")
+    assert (tl["status"], tl["nan_step"]) == ("nan", 80), tl["reasons"]
