@@ -159,7 +159,10 @@ def _candidates(cols: Columns) -> list[str]:
     for key in sorted(cols.cols):
         if key.endswith("_total"):
             continue
-        named = role_of(key) == "step" or key in cols.extra or is_positional(key)
+        role = role_of(key)
+        if role not in (None, "step"):
+            continue  # named a loss, an LR, a scale ...: that is what it is
+        named = role == "step" or key in cols.extra or is_positional(key)
         judged = cols.probing or key in cols.pending
         if named or (judged and counter_like(cols.cols[key])):
             out.append(key)

@@ -57,8 +57,8 @@ _SEGMENTS = re.compile(r"\s[|,]\s?|,\s|\t|\.\s(?=[A-Z])")
 _BARE = re.compile(r"[\[(]\s*+(\d++)(?:\s*+/\s*+(\d++))?+(?=\s*+[\])]|\s++\()")
 """A counter bare in brackets: ``[1000]``, ``(7000/293491)``, ``[ 100/1251 ( 8%)]``."""
 _BEFORE = re.compile(
-    r"(?<![\w.])(\d++)(?:\s*+([-/])\s*+(\d++))?+(\s?)(epochs?|iters?|iterations?|steps?"
-    r"|updates?|batch(?:es)?)(?![A-Za-z])",
+    r"(?<![\w.])(\d++)(?:(-)(\d++)|\s*+(/)\s*+(\d++))?+(\s?)(epochs?|iters?|iterations?"
+    r"|steps?|updates?|batch(?:es)?)(?![A-Za-z])",
     re.IGNORECASE,
 )
 """A counter before its word: ``06000 iter``, ``15000/ 300000 steps``, ``101-200batch``."""
@@ -173,14 +173,14 @@ def _before(line: str, row: Found, used: set[int], *, glued: bool) -> None:
     so ``train:101`` is not one) or spaced (``06000 iter``, after the pairs, so the ``5`` of
     ``Epoch 5 step 100`` stays the epoch's)."""
     for m in _BEFORE.finditer(line):
-        if m.start(1) in used or (m.group(4) == "") != glued:
+        if m.start(1) in used or (m.group(6) == "") != glued:
             continue
-        word = norm_key(m.group(5))
+        word = norm_key(m.group(7))
         used.add(m.start(1))
-        if m.group(2) == "-":  # a range of batches: the reading is at its end
+        if m.group(2):  # a range of batches (``101-200batch``): the reading is at its end
             _put(row, word, float(m.group(3)), -1, None, -1)
         else:
-            _put(row, word, float(m.group(1)), m.start(1), m.group(3), m.start(3))
+            _put(row, word, float(m.group(1)), m.start(1), m.group(5), m.start(5))
 
 
 def _bare(line: str, row: Found, used: set[int]) -> None:
