@@ -2,7 +2,8 @@
 
 ``python -m tests.torch._ddp_train KIND OUT`` (``plain``, ``accelerate`` and ``hf`` under torchrun;
 ``lightning`` launches its second process itself, as ``strategy="ddp"`` does from a script).
-Each rank writes ``OUT/rank{r}.json``: the sample ids it trained on, per epoch, and its
+Each rank writes ``OUT/rank{r}.json``: the sample ids it trained on, per epoch (``plain``
+runs: then the ids a new loader over the same quarantine yields, the next run), and its
 loader's batches per epoch. The quarantine goes to ``OUT/q``.
 """
 
@@ -73,7 +74,10 @@ def plain(out: Path, sampler: bool) -> None:
             opt.zero_grad()
             seen += batch["i"].tolist()
         epochs.append(seen)
-    _write(out, dist.get_rank(), epochs, lengths)
+    dist.barrier()  # every rank's quarantine written
+    again = _loader(out, sampler)  # the next run: a new loader reading the quarantine
+    rerun = [i for batch in again for i in batch["i"].tolist()]
+    _write(out, dist.get_rank(), [*epochs, rerun], lengths)
     dist.destroy_process_group()
 
 

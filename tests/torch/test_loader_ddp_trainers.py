@@ -63,6 +63,9 @@ def _check_shares(ranks: list[dict], out: Path) -> None:
         assert len(shares[0]) + len(shares[1]) == len(clean)  # nothing twice...
         assert set(shares[0]) | set(shares[1]) == clean  # ...nothing missed
         assert all(len(set(s)) == len(s) for s in shares)
+    if len(ranks[0]["epochs"]) > 2:  # the next run, on the same quarantine: never a bad one
+        again = [r["epochs"][2] for r in ranks]
+        assert set(again[0]) | set(again[1]) == clean and not set(again[0]) & set(again[1])
     for r in ranks:
         assert r["epochs"][0] != r["epochs"][1]  # a new order every epoch
         assert r["lengths"] == [N // 2 // BATCH] * 2  # each rank's share of the batches
