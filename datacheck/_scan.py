@@ -194,12 +194,17 @@ def _run_unit(
 def _output_dir(out: str | Path) -> Path:
     """Create the output folder, or say in one line why it cannot be."""
     out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(
+            f"--out {str(out)!r}: a file, not a folder; pass a folder for the report "
+            "(created if missing)"
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(
             f"--out {str(out)!r}: cannot create it ({exc.strerror}); pass a writable folder"
-        ) from exc
+        ) from None
     if not os.access(out_dir, os.W_OK):
         raise UsageError(f"--out {str(out)!r}: not writable; pass a writable folder")
     return out_dir

@@ -1,8 +1,9 @@
 """The documentation runs as written: every code block of the README and of the site.
 
-Each page runs on its own, in a fresh temporary folder (nothing is written into the clone), its
-blocks in page order; no state passes between pages, so a page that works on the demo dataset
-starts with the block that writes it, as a reader would. What a block is:
+Each page runs on its own, in a fresh temporary copy of the clone (as a reader who follows it
+in their clone; nothing is written into the real one), its blocks in page order; no state passes
+between pages, so a page that works on the demo dataset starts with the block that writes it.
+Afterwards the copy has no untracked path: what the docs write, git ignores. What a block is:
 
 - ``bash``: each command runs (``datacheck ...`` and ``python ...`` as this interpreter) and must
   exit 0 or 1 without a traceback; the install (``pip install``), test (``python -m pytest``) and
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -205,4 +207,28 @@ def test_cli_reference_covers_every_command() -> None:
 def test_page_runs_as_written(page: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("matplotlib")
-    run_page(page, tmp_path)
+    clone = copy_of_the_clone(tmp_path / "clone")
+    run_page(page, clone)
+    left = _git(clone, "status", "--porcelain", "--untracked-files=all").stdout.splitlines()
+    assert not left, f"{_page_id(page)} leaves untracked paths in the clone: {left}"
+
+
+def _git(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = ["git", "-c", "user.name=docs", "-c", "user.email=docs@test", *args]
+    return subprocess.run(cmd, cwd=folder, capture_output=True, text=True, check=True)
+
+
+def copy_of_the_clone(dest: Path) -> Path:
+    """The clone's files (tracked, and new ones git does not ignore) in a fresh git repository."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git clone")
+    listed = _git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard").stdout
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    _git(dest, "init", "-q")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-q", "-m", "the clone")
+    return dest

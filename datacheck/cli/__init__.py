@@ -78,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     journal and parts stay in ``--out`` for ``--resume``; the exit code is 143.
     """
     previous = _install_sigterm()
+    args = argparse.Namespace()
     try:
         parser = build_parser()
         try:
@@ -91,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"datacheck: error: {printable(exc)}", file=sys.stderr)  # always one line
         return ExitCode.USAGE
     except _Terminated:
-        print("datacheck: terminated (SIGTERM); rerun with --resume to finish", file=sys.stderr)
+        print(f"datacheck: terminated (SIGTERM){_how_to_finish(args)}", file=sys.stderr)
         return ExitCode.TERMINATED
     except KeyboardInterrupt:
-        print("datacheck: interrupted", file=sys.stderr)
+        print(f"datacheck: interrupted{_how_to_finish(args)}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except BrokenPipeError:  # e.g. `datacheck scan ... | head`
         return ExitCode.OK
@@ -104,6 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _how_to_finish(args: argparse.Namespace) -> str:
+    """For a stopped scan: where its finished work is kept and how to finish it."""
+    if getattr(args, "command", None) != "scan" or getattr(args, "resume", None) is None:
+        return ""
+    again = "the same command" if args.resume else "the same command with --resume"
+    return f"; the finished work is kept in {printable(str(args.out))}: rerun {again} to finish"
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:

@@ -164,10 +164,12 @@ def _run_scan(args: argparse.Namespace) -> int:
     )
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     report = scan(args.paths, args.schema, out=args.out, config=config, progress=progress)
-    if args.html:
-        report.write_html()
+    page = report.write_html() if args.html else None
     if args.output_format == "json":
-        print(json.dumps({"report": str(report.dir), **report.summary}, indent=1))
+        where = {"report": str(report.dir), **({"html": str(page)} if page else {})}
+        print(json.dumps({**where, **report.summary}, indent=1))
     else:
         print(render_text(report, show=args.show))
+        if page is not None:
+            print(f"html:       {page}")
     return report.exit_code()

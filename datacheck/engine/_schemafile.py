@@ -3,6 +3,7 @@ another dtype, and the index levels pandas stored."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from typing import Any, Protocol
@@ -65,6 +66,17 @@ def parse_type(dname: str | None) -> pa.DataType | None:
     return pa.float64()
 
 
+
+def _in_the_file(name: str, columns: dict[str, str], declared: Any) -> str:
+    """``; did you mean 'lpi_per_visit' (in the file)?``: a column of the file the schema does
+    not declare, named like the one it misses (a typo in the schema, or a renamed column)."""
+    others = [c for c in columns if c not in declared]
+    close = difflib.get_close_matches(name, others, n=1, cutoff=0.6)
+    if not close:
+        lower = {c.lower(): c for c in others}
+        close = [lower[name.lower()]] if name.lower() in lower else []
+    return f"; did you mean {close[0]!r} (in the file)?" if close else ""
+
 def file_findings(
     run: SchemaRun,
     columns: dict[str, str],
@@ -87,7 +99,8 @@ def file_findings(
             continue
         if name not in columns:
             if spec.required and not spec.fill and name not in partition_columns:
-                out.append(fnd.Finding(path, "schema", ERR, "column missing", column=name))
+                msg = "column missing" + _in_the_file(name, columns, schema.columns)
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
             continue
         out += _dtype_finding(path, name, types.get(name), spec, run.text)
     out += _index_findings(run, types)

@@ -324,17 +324,31 @@ def _is_url(path: str) -> bool:
     return _storage.is_url(path)
 
 
+def _not_a_report(directory: Path) -> str:
+    """Why ``directory`` is no scan's ``--out`` folder, and what to pass instead."""
+    where = f"report {str(directory)!r}"
+    looked = f"looked for {str((directory / REPORT_JSON).absolute())!r}"
+    if not directory.exists():
+        return f"{where}: no such folder ({looked}); pass the --out folder of a scan"
+    if not directory.is_dir():
+        return f"{where}: a file, not a folder; pass the --out folder of a scan"
+    inside = sorted(p.parent for p in directory.glob(f"*/{REPORT_JSON}"))
+    if inside:
+        return f"{where}: no {REPORT_JSON} here, but {str(inside[0])!r} is a report; load that"
+    return (
+        f"{where}: no {REPORT_JSON} in it ({looked}), so it is no scan's --out folder; "
+        f"scan it first (datacheck scan {str(directory)!r} --out dc-report), then load dc-report"
+    )
+
+
 def _read_json(directory: Path) -> dict[str, Any]:
     path = directory / REPORT_JSON
     try:
         data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise InputError(
-            f"report {str(directory)!r}: no {REPORT_JSON} (looked for {str(path.absolute())!r}); "
-            "pass the --out folder of a scan"
-        ) from exc
+    except FileNotFoundError:
+        raise InputError(_not_a_report(directory)) from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"report {str(path)!r}: unreadable ({exc}); rerun the scan") from exc
+        raise InputError(f"report {str(path)!r}: unreadable ({exc}); rerun the scan") from None
     if data.get("format_version") != FORMAT_VERSION:
         raise InputError(
             f"report {str(path)!r}: format version {data.get('format_version')!r}, "

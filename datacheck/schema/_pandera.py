@@ -183,6 +183,19 @@ def _load_python(spec: str) -> Any:
     return _resolve(obj, spec)
 
 
+def _sibling(path: Path) -> str:
+    """`` (did you mean 'schemas/rand_hie.yaml'?)`` for a YAML file beside it named alike."""
+    import difflib
+
+    folder = path.parent
+    try:
+        names = [p.name for p in folder.iterdir() if p.suffix.lower() in (".yaml", ".yml")]
+    except OSError:
+        return f" (no folder {str(folder)!r})" if not folder.exists() else ""
+    close = difflib.get_close_matches(path.name, sorted(names), n=1, cutoff=0.6)
+    return f" (did you mean {str(folder / close[0])!r}?)" if close else ""
+
+
 def load_schema(spec: Any) -> CompiledSchema | None:
     """Load a schema from a YAML path, ``module:attr``, or a pandera schema or model.
 
@@ -201,7 +214,8 @@ def load_schema(spec: Any) -> CompiledSchema | None:
     if path.suffix.lower() in (".yaml", ".yml") or os.path.lexists(path):
         if not os.path.lexists(path):
             raise SchemaError(
-                f"schema {text!r}: no such file; pass a pandera YAML file or module:attr"
+                f"schema {text!r}: no such file{_sibling(path)}; pass a pandera YAML file or "
+                "module:attr"
             )
         frame, tensors, media, mostly = _load_yaml(path)
         compiled = (

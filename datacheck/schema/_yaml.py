@@ -182,11 +182,19 @@ def load_yaml(text: str, where: str) -> Any:
     except RecursionError:
         raise SchemaError(f"schema {where}: nested too deeply") from None
     except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        at = f" line {line + 1}" if line is not None else ""
-        raise SchemaError(f"schema {where}{at}: invalid YAML; fix the syntax") from None
+        raise SchemaError(f"schema {where}{_yaml_problem(exc)}; fix the syntax") from None
     finally:
         loader.dispose()
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """`` line 4, column 7: invalid YAML (mapping values are not allowed here)``."""
+    mark = getattr(exc, "problem_mark", None)
+    at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = " ".join(str(getattr(exc, "problem", None) or "").split())
+    context = " ".join(str(getattr(exc, "context", None) or "").split())
+    what = "; ".join(t for t in (problem, context) if t)
+    return f"{at}: invalid YAML" + (f" ({what})" if what else "")
 
 
 def _hint(name: Any, valid: Any) -> str:

@@ -259,3 +259,14 @@ def test_a_file_name_with_control_characters_cannot_forge_summary_or_schema_line
     import yaml
 
     assert "strict" not in yaml.safe_load(text)
+
+
+def test_out_naming_a_file_says_so(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "d.csv").write_text("x\n1\n")
+    r = run("scan", str(tmp_path / "d.csv"), "--out", str(tmp_path / "afile"))
+    assert r.returncode == ExitCode.USAGE
+    assert r.stderr == (
+        f"datacheck: error: --out {str(tmp_path / 'afile')!r}: a file, not a folder; "
+        "pass a folder for the report (created if missing)\n"
+    )

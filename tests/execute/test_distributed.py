@@ -266,6 +266,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_the_scan(
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert said in err
+    assert f"kept in {tmp_path}: rerun the same command with --resume to finish" in err, err
     assert "KeyboardInterrupt" not in err, err  # workers leave the shutdown to the client
     assert _all_gone(children), "local workers outlived the interrupted scan"
     assert not (tmp_path / "report.json").exists()

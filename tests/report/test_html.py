@@ -146,7 +146,10 @@ def test_cli_scan_html_and_report_subcommand(demo_dir: Path, tmp_path: Path) -> 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["files"] == 5  # stdout stays pure JSON
+    assert json.loads(proc.stdout)["html"] == str(out / "report.html")
     _assert_matches_report_json(_parse((out / "report.html").read_text()), out)
+    text = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=120)
+    assert text.stdout.splitlines()[-1] == f"html:       {out / 'report.html'}", text.stdout
     (out / "report.html").unlink()
     dest = tmp_path / "page.html"
     cmd = [sys.executable, "-m", "datacheck", "report", str(out), "--html-out", str(dest)]

@@ -110,3 +110,18 @@ def test_missing_report_names_where_it_looked(
     with pytest.raises(InputError) as err:
         dc.load_report("dc-report")
     assert f"looked for {str(tmp_path / 'dc-report' / 'report.json')!r}" in str(err.value)
+
+
+def test_a_data_folder_is_one_clear_error_not_a_chained_traceback(demo_dir: Path) -> None:
+    with pytest.raises(InputError) as err:
+        dc.load_report(demo_dir)
+    text = str(err.value)
+    assert "no report.json in it" in text and "so it is no scan's --out folder" in text, text
+    assert f"scan it first (datacheck scan {str(demo_dir)!r} --out dc-report)" in text
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no chained traceback
+
+
+def test_a_folder_holding_a_report_names_it(tmp_path: Path, demo_dir: Path) -> None:
+    dc.scan(demo_dir, out=tmp_path / "dc-report", progress=False)
+    with pytest.raises(InputError, match="but '.*dc-report' is a report; load that"):
+        dc.load_report(tmp_path)

@@ -158,6 +158,49 @@ def test_schema_mistakes_are_one_clear_error(tmp_path: Path, text: str, message:
     assert "\n" not in str(info.value)
 
 
+def test_invalid_yaml_says_what_is_wrong_and_where(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("columns:\n  x0:\n    dtype: float64\n   checks: [a\n")
+    with pytest.raises(SchemaError) as info:
+        load_schema(p)
+    text = str(info.value)
+    assert "line 4, column 4: invalid YAML (expected <block end>, but found" in text, text
+    assert text.endswith("; fix the syntax") and "\n" not in text
+
+
+def test_a_missing_schema_file_names_a_sibling_named_alike(tmp_path: Path) -> None:
+    (tmp_path / "rand_hie.yaml").write_text("columns: {}\n")
+    with pytest.raises(SchemaError) as info:
+        load_schema(tmp_path / "rand-hie.yaml")
+    assert f"no such file (did you mean {str(tmp_path / 'rand_hie.yaml')!r}?)" in str(info.value)
+    with pytest.raises(SchemaError) as info:
+        load_schema(tmp_path / "other.yaml")
+    assert "no such file;" in str(info.value)  # nothing named alike: no guess
+    with pytest.raises(SchemaError, match="no such file \\(no folder "):
+        load_schema(tmp_path / "nope" / "s.yaml")
+
+
+def test_a_missing_column_names_the_file_column_named_alike(tmp_path: Path) -> None:
+    schema = pa_.DataFrameSchema(
+        {"lpi_per_visit": pa_.Column("float64"), "Age": pa_.Column("int64"), "z": pa_.Column(int)}
+    )
+    p = tmp_path / "d.parquet"
+    pd.DataFrame({"lpi_per_vist": [1.0], "age": [3], "label": [1]}).to_parquet(p)
+    got = dict(
+        zip(
+            *datacheck.scan(p, schema=schema, out=tmp_path / "o")
+            .findings[["column", "value"]]
+            .T.values,
+            strict=True,
+        )
+    )
+    assert got == {
+        "lpi_per_visit": "column missing; did you mean 'lpi_per_vist' (in the file)?",
+        "Age": "column missing; did you mean 'age' (in the file)?",
+        "z": "column missing",
+    }
+
+
 @pytest.mark.parametrize("spec", ["/no/such/schema.yaml", "no_such_module_xyz:schema", "plainword"])
 def test_unloadable_schema_specs(spec: str) -> None:
     with pytest.raises(SchemaError):
