@@ -163,7 +163,7 @@ def test_cli_scan_html_and_report_subcommand(demo_dir: Path, tmp_path: Path) -> 
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 2 and "no report.json" in proc.stderr
+    assert proc.returncode == 2 and "no such folder" in proc.stderr
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
