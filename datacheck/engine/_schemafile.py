@@ -66,7 +66,6 @@ def parse_type(dname: str | None) -> pa.DataType | None:
     return pa.float64()
 
 
-
 def _in_the_file(name: str, columns: dict[str, str], declared: Any) -> str:
     """``; did you mean 'lpi_per_visit' (in the file)?``: a column of the file the schema does
     not declare, named like the one it misses (a typo in the schema, or a renamed column)."""
@@ -76,6 +75,7 @@ def _in_the_file(name: str, columns: dict[str, str], declared: Any) -> str:
         lower = {c.lower(): c for c in others}
         close = [lower[name.lower()]] if name.lower() in lower else []
     return f"; did you mean {close[0]!r} (in the file)?" if close else ""
+
 
 def file_findings(
     run: SchemaRun,
