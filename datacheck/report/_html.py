@@ -44,6 +44,13 @@ _CSS = """
 .dc tr.corrupt td.status { color: #fff; background: #7f0000; font-weight: 600; }
 .dc td.value, .dc td.sample { font-family: ui-monospace, monospace; font-size: 12px; max-width: 40em; }
 .dc .muted { color: #777; } .dc img { max-width: 100%; border: 1px solid #eee; margin: 4px 0; }
+.dc .alarm { background: #7f0000; color: #fff; padding: 8px 14px; border-radius: 4px; margin: 8px 0; }
+.dc .alarm code, .dc .alarm b { color: #fff; } .dc .alarm ul { margin: 4px 0 2px; padding-left: 20px; }
+.dc .whole { border-left: 6px solid #7f0000; background: #fbeaea; padding: 6px 12px; margin: 8px 0; }
+.dc .whole ul { margin: 4px 0 2px; padding-left: 20px; }
+.dc tr.gate-whole td.check { color: #fff; background: #7f0000; font-weight: 600; }
+.dc tr.gate-error td.check { color: #c62828; font-weight: 600; }
+.dc tr.gate-warning td.check { color: #a15c00; }
 """
 
 
@@ -76,14 +83,33 @@ def _summary_table(report: ReportData) -> str:
     return f'<table id="summary"><tr>{head}</tr><tr>{body}</tr></table>'
 
 
+def _check_rank(report: ReportData) -> dict[str, int]:
+    """check -> its place in the page: checks with errors first (``corrupt``, then the other
+    whole-file checks, then by errors), warning-only checks after them."""
+    from datacheck.report._rank import whole_file_check
+
+    def key(item: tuple[str, dict[str, int]]) -> tuple[bool, bool, bool, int, int, str]:
+        check, by_sev = item
+        errors, warnings = by_sev.get("error", 0), by_sev.get("warning", 0)
+        whole = whole_file_check(check)
+        return (not errors, check != "corrupt", not whole, -errors, -warnings, check)
+
+    ranked = sorted(report.summary["sites"].items(), key=key)
+    return {check: i for i, (check, _) in enumerate(ranked)}
+
+
 def _checks_table(report: ReportData) -> str:
     s = report.summary
     if not s["sites"]:
         return '<p id="checks" class="muted">No findings.</p>'
+    from datacheck.report._rank import whole_file_check
+
     rows = []
-    for check, by_sev in s["sites"].items():
+    for check, by_sev in sorted(s["sites"].items(), key=lambda kv: _check_rank(report)[kv[0]]):
+        gate = "whole" if by_sev.get("error") and whole_file_check(check) else None
+        gate = gate or ("error" if by_sev.get("error") else "warning")
         rows.append(
-            f'<tr data-check="{_esc(check)}"><td>{_esc(check)}</td>'
+            f'<tr class="gate-{gate}" data-check="{_esc(check)}"><td class="check">{_esc(check)}</td>'
             f"{_num(by_sev.get('error', 0), 'errors')}{_num(by_sev.get('warning', 0), 'warnings')}"
             f"{_num(s['values'].get(check, 0), 'values')}</tr>"
         )
@@ -102,6 +128,8 @@ def _samples_table(report: ReportData) -> str:
     samples = sample_findings(report, "check", SAMPLES_PER_CHECK)
     if not samples:
         return ""
+    rank = _check_rank(report)
+    samples.sort(key=lambda f: (f["severity"] != "error", rank.get(f["check"], len(rank))))
     rows = []
     for f in samples:
         row = _num(f["row"], "row") if f["row"] is not None else '<td class="muted">-</td>'
@@ -118,7 +146,7 @@ def _samples_table(report: ReportData) -> str:
     )
     return (
         f'<p class="muted">The first {SAMPLES_PER_CHECK} findings of each check, errors '
-        f"first; every one is in quarantine.parquet.</p>"
+        f"first, in the order of the table above; every one is in quarantine.parquet.</p>"
         f'<table id="samples">{head}{"".join(rows)}</table>'
     )
 
@@ -136,8 +164,11 @@ def _file_samples(report: ReportData) -> dict[str, str]:
 
 
 def _ordered_files(report: ReportData) -> list[dict[str, Any]]:
-    rank = {"corrupt": 0, "flagged": 1, "ok": 2}
-    return sorted(report.data["files"], key=lambda f: (rank.get(f["status"], 3), f["path"]))
+    """Files by what gates: corrupt, failed whole, row errors, warnings; clean ones last."""
+    from datacheck.report._rank import gate_order
+
+    rank = {s.path: i for i, s in enumerate(gate_order(report))}
+    return sorted(report.data["files"], key=lambda f: (rank.get(f["path"], len(rank)), f["path"]))
 
 
 def _files_table(report: ReportData, limit: int, samples_column: bool = False) -> str:
@@ -168,12 +199,56 @@ def _files_table(report: ReportData, limit: int, samples_column: bool = False) -
     return f'<table id="files"><tr>{head}</tr>{"".join(rows)}</table>{note}'
 
 
+GATE_ITEMS = 20
+"""Files named in the alarm at the top (all of them are in the files table)."""
+
+
+def _gate_html(report: ReportData) -> str:
+    """What cannot be missed: corrupt files (re-generate them) and the files the gate fails
+    whole (no row of them may be trained on), above everything else."""
+    from datacheck.report._explore import gate_reason, gated_files
+
+    gated = gated_files(report)
+    corrupt = [e for e in report.data["files"] if e["status"] == "corrupt"]
+    whole = {p: v for p, v in gated.items() if p not in {e["path"] for e in corrupt}}
+    parts = []
+    if corrupt:
+        items = "".join(
+            f'<li data-path="{_esc(e["path"])}"><code>{_esc(e["path"])}</code>: '
+            f"{_esc(e.get('error') or '')}</li>"
+            for e in corrupt[:GATE_ITEMS]
+        )
+        more = _more(len(corrupt))
+        parts.append(
+            f'<div class="alarm" id="corrupt" data-value="{len(corrupt)}"><b>{len(corrupt):,} '
+            f"corrupt file{'s' if len(corrupt) != 1 else ''}: re-generate "
+            f"{'them' if len(corrupt) != 1 else 'it'}</b> (unreadable: no row was checked)"
+            f"<ul>{items}</ul>{more}</div>"
+        )
+    if whole:
+        items = "".join(
+            f'<li data-path="{_esc(p)}"><code>{_esc(p)}</code>: {_esc(gate_reason(v))}</li>'
+            for p, v in list(whole.items())[:GATE_ITEMS]
+        )
+        parts.append(
+            f'<div class="whole" id="whole" data-value="{len(whole)}"><b>{len(whole):,} '
+            f"file{'s' if len(whole) != 1 else ''} the gate fails whole</b> (a file- or "
+            f"column-level error: no row of {'them' if len(whole) != 1 else 'it'} may be "
+            f"trained on)<ul>{items}</ul>{_more(len(whole))}</div>"
+        )
+    return "".join(parts)
+
+
+def _more(n: int) -> str:
+    return f"<p>... and {n - GATE_ITEMS:,} more in the files table.</p>" if n > GATE_ITEMS else ""
+
+
 def summary_html(report: ReportData) -> str:
     """The Jupyter view (``Report._repr_html_``): verdict, counts, checks, worst files."""
     return (
         f'<div class="dc"><style>{_CSS}</style>'
         f"<p><b>datacheck report</b> <code>{_esc(report.dir)}</code> {_verdict(report)}</p>"
-        f"{_summary_table(report)}{_checks_table(report)}"
+        f"{_gate_html(report)}{_summary_table(report)}{_checks_table(report)}"
         f"{_files_table(report, NOTEBOOK_FILE_ROWS)}</div>"
     )
 
@@ -185,12 +260,19 @@ def _png(fig: Figure) -> str:
 
 
 def _worst_columns(report: ReportData, limit: int) -> list[str]:
-    """Numeric columns with the most findings (from the manifest)."""
+    """The columns with the most row errors, then the most warnings (from the quarantine)."""
     from datacheck.report._manifest import count_by
 
-    counts = count_by(report.manifest_path, ["column"], rows_only=True)
-    ranked = sorted((-n, c) for (c,), n in counts.items() if c is not None)
-    return [c for _, c in ranked[:limit]]
+    counts = count_by(report.manifest_path, ["column", "severity"], rows_only=True)
+    errors: dict[str, int] = {}
+    warnings: dict[str, int] = {}
+    for (column, severity), n in counts.items():
+        if column is not None:
+            into = errors if severity == "error" else warnings
+            into[column] = into.get(column, 0) + n
+    columns = set(errors) | set(warnings)
+    ranked = sorted(columns, key=lambda c: (-errors.get(c, 0), -warnings.get(c, 0), c))
+    return ranked[:limit]
 
 
 def _drifted_columns(report: ReportData, limit: int) -> list[str]:
@@ -240,6 +322,7 @@ def render_html(report: ReportData, *, plots: bool = True) -> str:
 <h1>datacheck report {_verdict(report)}</h1>
 <p class="muted">{_esc(tool)} &middot; inputs: {_esc(inputs)} &middot; schema: {_esc(report.settings.get("schema") or "none")}
 &middot; {s.get("seconds", 0):.2f} s</p>
+{_gate_html(report)}
 <h2>Summary</h2>{_summary_table(report)}
 <h2>Findings by check</h2>{_checks_table(report)}
 {_samples_table(report)}

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datacheck.errors import InputError, UsageError
-from datacheck.report._figure import new_figure, short_names
+from datacheck.report._figure import new_figure, short_names, symlog_axis
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -187,7 +187,7 @@ def _histogram(
     edges = tr.inverted().transform(np.linspace(lo, hi, bins + 1).reshape(-1, 1)).ravel()
     edges[0], edges[-1] = span.min(), span.max()  # the round trip must not drop the extremes
     ax.hist(finite, bins=edges.tolist(), color="#4c72b0", label="values")
-    ax.set_xscale("symlog", linthresh=linthresh)
+    symlog_axis(ax, linthresh, "x")
     return True
 
 
@@ -256,12 +256,8 @@ def _shard_stats(report: ReportData, name: str) -> dict[str, dict[str, Any]]:
     from datacheck.profile._stats import read_profile
 
     doc = read_profile(report.dir)
-    shards = {
-        path: cols[name]
-        for path, cols in doc["files"].items()
-        if name in cols and cols[name].get("mean") is not None
-    }
-    if not shards:
+    shards = {path: cols[name] for path, cols in doc["files"].items() if name in cols}
+    if not any(s.get("mean") is not None for s in shards.values()):
         known = sorted({c for cols in doc["files"].values() for c in cols})
         raise InputError(
             f"report {str(report.dir)!r}: profile.json has no statistics of a numeric column "
@@ -298,14 +294,33 @@ def _targets(
     if rules is not None and rules.normalized is not None:
         out.append(_target("normalized target", rules.normalized, "#2ca02c"))
     if not out:
+        valued = [s for s in shards.values() if s.get("mean") is not None]
         median = SimpleNamespace(
-            mean=statistics.median(s["mean"] for s in shards.values()),
-            std=statistics.median(s["std"] for s in shards.values()),
+            mean=statistics.median(s["mean"] for s in valued),
+            std=statistics.median(s["std"] for s in valued),
             max_mean_shift=Reference.max_mean_shift,
             max_std_ratio=Reference.max_std_ratio,
         )
-        out.append(_target(f"median of {len(shards)} shards", median, "#7f7f7f"))
+        out.append(_target(f"median of {len(valued)} shards", median, "#7f7f7f"))
     return out
+
+
+def _no_value_marks(ax: Axes, values: np.ndarray) -> None:
+    """A shard with no value to average (all null) cannot sit on the data axis: a red cross
+    at the axis's left edge, labelled, so it is drawn and not silently left out."""
+    for i in map(float, np.flatnonzero(~np.isfinite(values))):
+        where = ax.get_yaxis_transform()  # x in axes fraction, y in data
+        ax.plot([0.02], [i], "X", color="#d62728", ms=10, transform=where, clip_on=False)
+        ax.text(
+            0.05,
+            i,
+            "all null: no value",
+            color="#d62728",
+            fontsize=8,
+            va="center",
+            fontweight="bold",
+            transform=where,
+        )
 
 
 def _mean_panel(ax: Axes, means: np.ndarray, colors: list[str], targets: list[dict]) -> None:
@@ -315,11 +330,13 @@ def _mean_panel(ax: Axes, means: np.ndarray, colors: list[str], targets: list[di
         ax.axvspan(lo, hi, color=t["color"], alpha=0.15)
         label = f"{t['label']} mean {t['mean']:.4g} ± {t['shift']:g} std"
         ax.axvline(t["mean"], color=t["color"], ls="--", lw=1.2, label=label)
+    _no_value_marks(ax, means)
     ax.scatter(means, y, c=colors, s=40, zorder=3)
     scale = max(t["std"] for t in targets) or 1.0
     centre = targets[0]["mean"]
-    if len(means) and float(np.abs(means - centre).max()) > 20 * scale * targets[0]["shift"]:
-        ax.set_xscale("symlog", linthresh=scale)
+    finite = means[np.isfinite(means)]
+    if len(finite) and float(np.abs(finite - centre).max()) > 20 * scale * targets[0]["shift"]:
+        symlog_axis(ax, scale, "x")
     ax.set_xlabel("shard mean (data units)")
     ax.legend(loc="best", fontsize=8)
 
@@ -331,11 +348,18 @@ def _std_panel(ax: Axes, stds: np.ndarray, colors: list[str], targets: list[dict
             ax.axvspan(t["std"] / t["ratio"], t["std"] * t["ratio"], color=t["color"], alpha=0.15)
             label = f"{t['label']} std {t['std']:.4g}, within x{t['ratio']:g}"
             ax.axvline(t["std"], color=t["color"], ls="--", lw=1.2, label=label)
+    _no_value_marks(ax, stds)
     ax.scatter(stds, y, c=colors, s=40, zorder=3)
+    stds = stds[np.isfinite(stds)]
     if len(stds) and (stds > 0).all():
         ax.set_xscale("log")
     ax.set_xlabel("shard std (data units, log scale)")
     ax.legend(loc="best", fontsize=8)
+
+
+def _stat(shards: dict[str, dict[str, Any]], paths: list[str], key: str) -> np.ndarray:
+    """One statistic per shard; NaN where the shard has none (all null)."""
+    return np.array([np.nan if shards[p].get(key) is None else shards[p][key] for p in paths])
 
 
 def stats(report: ReportData, name: str) -> Figure:
@@ -349,8 +373,8 @@ def stats(report: ReportData, name: str) -> Figure:
     colors = ["#d62728" if p in flagged else "#1f77b4" for p in paths]
     fig = new_figure(10, 1.8 + 0.35 * max(len(paths), 3))
     left, right = fig.subplots(1, 2, sharey=True)
-    _mean_panel(left, np.array([shards[p]["mean"] for p in paths], float), colors, targets)
-    _std_panel(right, np.array([shards[p]["std"] for p in paths], float), colors, targets)
+    _mean_panel(left, _stat(shards, paths, "mean"), colors, targets)
+    _std_panel(right, _stat(shards, paths, "std"), colors, targets)
     names = [
         f"{n} ({', '.join(flagged[p])})" if p in flagged else n
         for n, p in zip(short_names(paths), paths, strict=True)

@@ -8,6 +8,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import datacheck as dc
@@ -361,3 +362,80 @@ def test_every_check_page_shows_sample_findings_from_the_manifest(
         assert (r["data-check"], r["data-path"], row) in sites, r
     text = (out / "report.html").read_text()
     assert "x row 3 nan: nan" in text  # the first findings of each file
+
+
+# -- the page ranks by what gates, as a reader sees it ---------------------------------------
+
+
+def _rows_with(rgb: np.ndarray, color: str, tol: int = 10) -> np.ndarray:
+    """Per pixel row of a screenshot: how many pixels have ``color`` (within ``tol``)."""
+    from matplotlib.colors import to_rgb
+
+    target = np.array(to_rgb(color)) * 255
+    return np.all(np.abs(rgb - target) <= tol, axis=-1).sum(axis=1)
+
+
+def _bands(counts: np.ndarray, at_least: int) -> list[tuple[int, int]]:
+    """(first, last) pixel rows of each run of rows holding ``at_least`` such pixels."""
+    rows = np.flatnonzero(counts >= at_least)
+    if not len(rows):
+        return []
+    cuts = np.flatnonzero(np.diff(rows) > 1)
+    starts, ends = np.r_[rows[0], rows[cuts + 1]], np.r_[rows[cuts], rows[-1]]
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+@needs_chromium
+def test_chromium_screenshot_ranks_by_what_gates(tmp_path: Path) -> None:
+    """What a reader sees, stated as expectations and checked on Chromium's screenshot:
+
+    1. the corrupt file cannot be missed: a dark-red banner across the page, above the
+       summary (within the first 260 pixels);
+    2. in the findings-per-shard plot, top to bottom: the corrupt file's dark-red band across
+       the heatmap, the file drift fails whole (a dark-red cell and band, narrower), the file
+       with one NaN (a red error cell), and only then the 1,396 warnings (amber), although
+       they are by far the most findings;
+    3. one error is strong red, not a pale cell beside the warnings.
+    """
+    import matplotlib.image as mpimg
+    from _reportkit import gate_report
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    from datacheck.report._plots import WHOLE_COLOR
+
+    page = gate_report(tmp_path / "gate").write_html()
+    shot = tmp_path / "shot.png"
+    proc = _chromium(
+        tmp_path,
+        "--hide-scrollbars",
+        "--window-size=1200,2000",
+        f"--screenshot={shot}",
+        page.as_uri(),
+    )
+    assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
+    rgb = (mpimg.imread(shot)[..., :3] * 255).round()
+    width = rgb.shape[1]
+
+    whole = _rows_with(rgb, WHOLE_COLOR)
+    banner = _bands(whole, width // 2)  # (1) across half the page at least
+    assert banner and banner[0][0] < 260, banner
+    below = banner[0][1] + 1
+    corrupt_row = [b for b in _bands(whole, 400) if b[0] > below]  # (2) the heatmap's band
+    assert corrupt_row, _bands(whole, 100)
+    plot_top = corrupt_row[0][0]
+    narrower = np.where(whole < 400, whole, 0)  # a cell and a band, not the whole row
+    drift_row = [b for b in _bands(narrower, 100) if b[0] > corrupt_row[0][1]]
+    error_cell = to_hex(colormaps["Reds"](0.55))  # one error, the palest an error gets
+    errors = [b for b in _bands(_rows_with(rgb, error_cell), 60) if b[0] > plot_top]
+    amber = to_hex(colormaps["YlOrBr"](0.42))  # the most warnings of the report
+    warnings = [b for b in _bands(_rows_with(rgb, amber), 60) if b[0] > plot_top]
+    assert drift_row and errors and warnings, (drift_row, errors, warnings)
+    assert plot_top < drift_row[0][0] < errors[0][0] < warnings[0][0], (
+        corrupt_row,
+        drift_row,
+        errors,
+        warnings,
+    )
+    r, g, b = np.array([int(error_cell[i : i + 2], 16) for i in (1, 3, 5)])  # (3)
+    assert r > 200 and g < 130 and b < 110, error_cell

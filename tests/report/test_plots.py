@@ -9,12 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _reportkit import gate_report
 from conftest import planted_table, write_table
 
 import datacheck as dc
 from datacheck.errors import InputError, UsageError
+from datacheck.report._plots import WHOLE_COLOR
 
 pytest.importorskip("matplotlib")
+from matplotlib.colors import to_hex  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,26 +35,132 @@ def test_import_datacheck_does_not_import_matplotlib() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_by_shard_heatmap_and_totals(demo_report: dc.Report) -> None:
+def _texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def test_by_shard_ranks_the_demo_by_what_gates(demo_report: dc.Report) -> None:
     fig = demo_report.plot.by_shard()
     heat, bars = fig.axes[0], fig.axes[1]
     assert heat.get_title().startswith("Findings per shard and check (4 flagged of 5 files)")
+    assert "1 corrupt · 0 fail whole · 3 with row errors · 0 warnings only" in heat.get_title()
     assert heat.get_xlabel() == "check" and "shard" in heat.get_ylabel()
-    assert bars.get_xlabel() == "findings (count)"
     names = [t.get_text() for t in heat.get_yticklabels()]
     checks = [t.get_text() for t in heat.get_xticklabels()]
-    assert checks == ["corrupt", "extreme", "inf", "nan", "null", "out_of_range"]
-    # Worst first: shard-002 and shard-003 have 4 findings each, shard-001 3, shard-004 1.
-    assert names == ["shard-002.parquet", "shard-003.csv", "shard-001.parquet", "shard-004.parquet"]
-    matrix = np.ma.filled(heat.get_images()[0].get_array(), 0)
-    by_file = {f["path"].rsplit("/", 1)[-1]: f["sites"] for f in demo_report.data["files"]}
-    for i, name in enumerate(names):
-        for j, check in enumerate(checks):
-            assert matrix[i, j] == sum(by_file[name].get(check, {}).values())
-    assert [p.get_width() for p in bars.patches] == [4, 4, 3, 1]
-    colorbar = fig.axes[2]
-    assert colorbar.get_ylabel() == "findings (count)"
-    assert "corrupt" in _labels(bars)
+    # The corrupt file first (it has to be re-generated), then row errors, most first.
+    assert names == ["shard-004.parquet", "shard-002.parquet", "shard-003.csv", "shard-001.parquet"]
+    assert checks[0] == "corrupt" and set(checks) == {
+        "corrupt",
+        "extreme",
+        "inf",
+        "nan",
+        "null",
+        "out_of_range",
+    }
+    assert heat.get_yticklabels()[0].get_color() == WHOLE_COLOR
+    band = [p for p in heat.patches if p.get_width() == len(checks)]  # across the whole row
+    assert len(band) == 1 and to_hex(band[0].get_facecolor()) == WHOLE_COLOR
+    assert any(t.startswith("corrupt: ArrowInvalid") for t in _texts(heat))
+    assert "fp16" not in " ".join(_texts(heat)) and _texts(heat).count("2") == 2
+    assert "corrupt" in _texts(bars) and bars.get_xscale() == "symlog"
+    assert [t.get_text() for t in fig.legends[0].get_texts()][0].startswith("fails the whole")
+
+
+def test_by_shard_errors_before_warnings_and_whole_files_first(tmp_path: Path) -> None:
+    report = gate_report(tmp_path)
+    fig = report.plot.by_shard()
+    heat, bars = fig.axes[0], fig.axes[1]
+    names = [t.get_text() for t in heat.get_yticklabels()]
+    checks = [t.get_text() for t in heat.get_xticklabels()]
+    # corrupt, then the file drift fails whole (1 finding), then the NaN (1 error), and only
+    # then the 1,396 warnings: ranked by what gates, not by counts.
+    assert names == ["bad.parquet", "drift.parquet", "nan.parquet", "warn.parquet"]
+    assert checks == ["corrupt", "drift", "nan", "extreme"]
+    cells = heat.get_images()[0].get_array()
+    assert to_hex(cells[1, 1]) == WHOLE_COLOR  # drift: the whole-file mark, not a pale "1"
+    red, amber = cells[2, 2], cells[3, 3]
+    assert red[0] > 0.8 and red[1] < 0.5 and red[2] < 0.45, red  # one error: strongly red
+    assert amber[0] > 0.9 and amber[1] > 0.6 and amber[2] < 0.6, amber  # warnings: amber
+    assert "whole file" in _texts(heat) and "1,396w" in _texts(heat) and "1" in _texts(heat)
+    assert "1 corrupt · 1 fail whole · 1 with row errors · 1 warnings only" in heat.get_title()
+    assert _texts(bars) == ["corrupt", "fails whole"]
+    widths = [p.get_width() for p in bars.patches if p.get_height() == pytest.approx(0.8)]
+    assert 1 in widths and 1397 in widths  # the NaN's bar and the warnings' bar, both drawn
+    # w's drift against the other shards is a warning: its own mark (hatched), not a count
+    hatched = [p for p in heat.patches if p.get_hatch()]
+    assert [(p.get_x(), p.get_y()) for p in hatched] == [(0.5, 2.5)] and "1w" in _texts(heat)
+
+
+def _tick_labels_overlap(fig, ax) -> tuple[list[str], bool]:
+    """The x tick labels in view, and whether any two of them touch (drawn on Agg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # the figure is not pyplot's: draw it on Agg, as savefig does
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    lo, hi = sorted(ax.get_xlim())
+    labels = [t for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
+    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+    touch = any(a.x1 + 2 > b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+    return [t.get_text() for t in labels], touch
+
+
+def test_symlog_tick_labels_do_not_overlap(demo_report: dc.Report, tmp_path: Path) -> None:
+    fig = demo_report.plot.column("x0")
+    texts, touch = _tick_labels_overlap(fig, fig.axes[0])
+    assert fig.axes[0].get_xscale() == "symlog" and not touch, texts
+    assert "0" in texts and "$10^{6}$" in texts and len(texts) >= 4
+    # A shard mean 10^4 std away on a half-width panel: matplotlib's own symlog ticks put
+    # -10^4 ... -1, 0, 1 ... 10^5 there, every decade, and the labels ran into each other.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        x = rng.normal(0, 1, 200) * (1e6 if i == 2 else 1) - (1e4 if i == 3 else 0)
+        pq.write_table(pa.table({"x": x}), tmp_path / "data" / f"s{i}.parquet")
+    (tmp_path / "s.yaml").write_text(
+        "columns:\n  x:\n    dtype: float64\n    checks:\n"
+        "    - {mean: 0.0, std: 1.0, zscore_max: .inf, max_mean_shift: 3.0, max_std_ratio: 3.0,\n"
+        "       options: {check_name: reference_stats}}\n"
+    )
+    report = dc.scan(tmp_path / "data", tmp_path / "s.yaml", out=tmp_path / "out", progress=False)
+    fig = report.plot.stats("x")
+    texts, touch = _tick_labels_overlap(fig, fig.axes[0])
+    assert fig.axes[0].get_xscale() == "symlog" and not touch, texts
+    assert texts[0].endswith("$10^{4}$") and "0" in texts and len(texts) >= 5
+
+
+def test_stats_draws_an_all_null_shard(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        x = pa.array(rng.normal(0, 1, 100)) if i != 1 else pa.nulls(100, pa.float64())
+        pq.write_table(pa.table({"x": x}), data / f"s{i}.parquet")
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(
+        "columns:\n  x:\n    dtype: float64\n    nullable: true\n    checks:\n"
+        "    - {mean: 0.0, std: 1.0, zscore_max: 6.0, max_mean_shift: 3.0, max_std_ratio: 3.0,\n"
+        "       options: {check_name: reference_stats}}\n"
+    )
+    report = dc.scan(data, schema, out=tmp_path / "out", executor="inprocess", progress=False)
+    assert {
+        f["path"].rsplit("/", 1)[-1] for f in report.data["files"] if f["sites"].get("drift")
+    } == {"s1.parquet"}
+    fig = report.plot.stats("x")
+    mean_ax, std_ax = fig.axes
+    names = [t.get_text() for t in mean_ax.get_yticklabels()]
+    assert names == ["s0.parquet", "s1.parquet (drift)", "s2.parquet"]
+    assert "1 of 3 shards flagged" in fig.get_suptitle()
+    for ax in (mean_ax, std_ax):  # the all-null shard is drawn, at its row
+        assert _texts(ax) == ["all null: no value"]
+        (mark,) = [ln for ln in ax.get_lines() if ln.get_marker() == "X"]
+        assert list(mark.get_ydata()) == [1.0]
 
 
 def test_by_shard_top_and_a_clean_report(demo_report: dc.Report, tmp_path: Path) -> None:
