@@ -1,7 +1,7 @@
 """datacheck: keep bad data and numerical blow-ups from killing long training runs.
 
 Before training, :func:`scan` checks datasets (NaN, Inf, fp16-overflowing values, nulls,
-schema violations, corrupt files) and writes a report plus a quarantine manifest; after,
+schema violations, corrupt files) and writes a report plus a quarantine of findings; after,
 :func:`load_report` reads them back for exploration.  The runtime guards live in
 ``datacheck.torch`` (imported separately: ``import datacheck`` never imports torch or dask).
 """

@@ -1,4 +1,5 @@
-"""Findings as columnar data, and the quarantine manifest (a public contract).
+"""Findings as columnar data, and the quarantine file (a public contract; the code calls it
+the manifest, its old name).
 
 ``quarantine.parquet`` has one row per bad value-site:
 
@@ -308,6 +309,6 @@ class ManifestWriter:
 
 
 def read_manifest(path: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
-    """Read a quarantine manifest back with the contract's plain types."""
+    """Read a quarantine file back with the contract's plain types."""
     table = pq.read_table(path, columns=columns)
     return table.cast(pa.schema([MANIFEST_SCHEMA.field(n) for n in table.column_names]))

@@ -232,3 +232,26 @@ def copy_of_the_clone(dest: Path) -> Path:
     _git(dest, "add", "-A")
     _git(dest, "commit", "-q", "-m", "the clone")
     return dest
+
+
+def test_the_outputs_page_states_the_contract_the_code_writes(tmp_path: Path) -> None:
+    """Every column of both quarantines and every top-level key of report.json is on the
+    reference page, with the version the code writes."""
+    import datacheck
+    from datacheck.findings import MANIFEST_SCHEMA
+    from datacheck.report import FORMAT_VERSION, QUARANTINE
+    from datacheck.torch._quarantine import COLUMNS
+
+    text = (DOCS / "reference" / "outputs.md").read_text()
+    for field in MANIFEST_SCHEMA:
+        kind = "int32" if field.type == "int32" else str(field.type)
+        assert f"| `{field.name}` | {kind} |" in text, field
+    for name in COLUMNS:
+        assert f"| `{name}` |" in text, name
+    report = datacheck.scan(
+        datacheck.write_demo(tmp_path / "d"), out=tmp_path / "o", progress=False
+    )
+    for key in report.data:
+        assert f"`{key}`" in text, key
+    assert report.data["format_version"] == FORMAT_VERSION and f"now `{FORMAT_VERSION}`" in text
+    assert report.quarantine_path.name == QUARANTINE and f"`{QUARANTINE}`" in text

@@ -156,6 +156,7 @@ PUBLIC_FACES = {
         "FAIL_ON",
         "FORMAT_VERSION",
         "MANIFEST",
+        "QUARANTINE",
         "REPORT_JSON",
         "Report",
         "ReportData",

@@ -3,7 +3,7 @@
 ``report.json`` (format version 1) holds the command's settings, summary counts and ``files``:
 one entry per input file, every file exactly once, with ``path``, ``format``, ``status``
 (``ok`` | ``flagged`` | ``corrupt``), ``rows``, ``bytes``, ``counts`` (bad values per check),
-``sites`` (manifest rows per check and severity), ``columns`` (dtype per column) and ``error``.
+``sites`` (findings, the quarantine's rows, per check and severity), ``columns`` (dtype per column) and ``error``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datacheck.report._data import (
     FAIL_ON,
     FORMAT_VERSION,
     MANIFEST,
+    QUARANTINE,
     REPORT_JSON,
     ReportData,
     exit_code_for,
@@ -23,6 +24,7 @@ __all__ = [
     "FAIL_ON",
     "FORMAT_VERSION",
     "MANIFEST",
+    "QUARANTINE",
     "REPORT_JSON",
     "Report",
     "ReportData",

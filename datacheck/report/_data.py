@@ -3,7 +3,7 @@
 ``report.json`` (format version 1) holds the command's settings, summary counts and ``files``:
 one entry per input file, every file exactly once, with ``path``, ``format``, ``status``
 (``ok`` | ``flagged`` | ``corrupt``), ``rows``, ``bytes``, ``counts`` (bad values per check),
-``sites`` (manifest rows per check and severity), ``columns`` (dtype per column) and ``error``.
+``sites`` (findings, the quarantine's rows, per check and severity), ``columns`` (dtype per column) and ``error``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = [
     "FAIL_ON",
     "FORMAT_VERSION",
     "MANIFEST",
+    "QUARANTINE",
     "REPORT_JSON",
     "ReportData",
     "exit_code_for",
@@ -36,7 +37,10 @@ FINDINGS_LIMIT = 1 << 22
 """The most findings ``ReportData.findings`` loads into one DataFrame (~300 MB); past it,
 ``iter_findings`` reads them a batch at a time."""
 REPORT_JSON = "report.json"
-MANIFEST = "quarantine.parquet"
+QUARANTINE = "quarantine.parquet"
+"""The scan's quarantine: one row per finding (``datacheck.findings`` has its columns)."""
+MANIFEST = QUARANTINE
+"""The quarantine's old name, kept for code that reads it."""
 FAIL_ON = ("error", "warning", "never")
 
 
@@ -162,8 +166,14 @@ class ReportData:
         return self.data["settings"]
 
     @property
+    def quarantine_path(self) -> Path:
+        """``quarantine.parquet`` in the report folder: one row per finding."""
+        return self.dir / QUARANTINE
+
+    @property
     def manifest_path(self) -> Path:
-        return self.dir / MANIFEST
+        """The quarantine's path under its old name (:attr:`quarantine_path`)."""
+        return self.quarantine_path
 
     def local_path(self, entry: dict[str, Any]) -> str:
         """Where a scanned file is now, to read it back.
@@ -245,7 +255,7 @@ class ReportData:
         is the text ``"nan"``).
 
         Raises:
-            UsageError: the manifest holds more than :data:`FINDINGS_LIMIT` findings (one
+            UsageError: the quarantine holds more than :data:`FINDINGS_LIMIT` findings (one
                 DataFrame of them would not fit the memory bound): read it with
                 :meth:`iter_findings` instead, a batch at a time or filtered.
         """
@@ -269,12 +279,12 @@ class ReportData:
     def iter_findings(
         self, batch_rows: int = 1 << 18, **where: str | list[str]
     ) -> Iterator[pd.DataFrame]:
-        """The quarantine manifest as DataFrames of at most ``batch_rows`` findings each,
+        """The quarantine as DataFrames of at most ``batch_rows`` findings each,
         optionally only those whose ``path``, ``column``, ``check`` or ``severity`` is the
         given value (or one of the given values): bounded memory at any number of findings.
 
         Raises:
-            UsageError: a filter names something that is not a manifest column.
+            UsageError: a filter names something that is not a quarantine column.
         """
         from datacheck.errors import UsageError
         from datacheck.findings import MANIFEST_SCHEMA

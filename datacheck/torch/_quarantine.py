@@ -145,7 +145,7 @@ def indices_from_scan(
     scan = manifest if isinstance(manifest, pd.DataFrame) else pd.read_parquet(manifest)
     missing = {"path", "row"} - set(scan.columns)
     if missing:
-        raise UsageError(f"scan manifest lacks column(s) {sorted(missing)}; expected path, row")
+        raise UsageError(f"scan quarantine lacks column(s) {sorted(missing)}; expected path, row")
     sites = scan.loc[scan["row"].notna(), ["path", "row"]].drop_duplicates()
     sites = sites.astype({"path": "string", "row": "int64"})
     if isinstance(index_of, pd.DataFrame):
