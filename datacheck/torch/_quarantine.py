@@ -1,4 +1,4 @@
-"""The runtime quarantine manifest: one append-only JSON Lines file per rank.
+"""The runtime quarantine: one append-only JSON Lines file per rank.
 
 Each line is one bad sample in one batch leaf under one check:
 
