@@ -255,3 +255,17 @@ def test_the_outputs_page_states_the_contract_the_code_writes(tmp_path: Path) ->
         assert f"`{key}`" in text, key
     assert report.data["format_version"] == FORMAT_VERSION and f"now `{FORMAT_VERSION}`" in text
     assert report.quarantine_path.name == QUARANTINE and f"`{QUARANTINE}`" in text
+
+
+def test_the_scan_synopsis_names_every_option() -> None:
+    from datacheck.cli import build_parser
+
+    parser = build_parser()
+    scan = next(a for a in parser._actions if a.dest == "command").choices["scan"]  # type: ignore[attr-defined]
+    text = (DOCS / "tutorials" / "scan.md").read_text()
+    synopsis = next(b.code for b in blocks(DOCS / "tutorials" / "scan.md") if "PATHS..." in b.code)
+    for action in scan._actions:
+        for option in action.option_strings:
+            if option not in ("-h", "--help"):
+                assert option in synopsis, f"the scan synopsis lacks {option}"
+    assert "(../reference/cli.md)" in text  # and points at the generated reference
