@@ -1,11 +1,9 @@
-"""Writers of media dataset folders for the format tests, in the shapes the real libraries
-write (MosaicML Streaming's MDSWriter, Hugging Face ``save_to_disk``), without those libraries."""
+"""Writers of media dataset folders for the format tests: MDS datasets by MosaicML Streaming's
+own ``MDSWriter``; Hugging Face ``save_to_disk`` splits in the shape ``datasets`` writes them
+(``tests/formats/producers/`` writes them with ``datasets`` itself)."""
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import hashlib
 import io
 import json
 from pathlib import Path
@@ -51,106 +49,50 @@ def jpeg(seed: int = 0, side: int = 16) -> bytes:
     return buf.getvalue()
 
 
-# --- MosaicML Streaming (MDS) ---------------------------------------------------------------
+# --- MosaicML Streaming (MDS): written by streaming's own MDSWriter ------------------------
+
+
+def streaming_module() -> Any:
+    """``import streaming``, the real package, where torchvision is missing too: the stand-in
+    for its vision datasets goes in first (``tests/_shims/README.md``; the test process has it
+    from conftest, the fuzzer and scripts get it here)."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torchvision") is None and "streaming" not in sys.modules:
+        shim = Path(__file__).parent / "_shims" / "sitecustomize.py"
+        spec = importlib.util.spec_from_file_location("_datacheck_test_shims", shim)
+        assert spec is not None and spec.loader is not None
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    import streaming
+
+    return streaming
 
 
 def compress(codec: str, data: bytes, checksum: bool = False) -> bytes:
-    """What streaming's ``compression.compress`` writes for a codec family (levels aside);
-    ``checksum``: a zstd frame with its content checksum (streaming's frames have none)."""
-    if codec == "zstd":
+    """What streaming's own ``compress`` writes for a codec (``"zstd"``, ``"br:5"``, ...);
+    ``checksum``: a zstd frame with its content checksum, which streaming never writes (a
+    hostile case made by hand)."""
+    if checksum:
         import zstandard
 
-        return zstandard.ZstdCompressor(level=3, write_checksum=checksum).compress(data)
-    if codec == "gz":
-        return gzip.compress(data, 9, mtime=0)
-    if codec == "bz2":
-        return bz2.compress(data, 9)
-    if codec == "br":
-        import brotli
+        return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(data)
+    streaming_module()
+    from streaming.base.compression import compress as streaming_compress
 
-        return brotli.compress(data, quality=5)
-    if codec == "snappy":  # python-snappy's compress: cramjam's raw format
-        import cramjam
-
-        return bytes(cramjam.snappy.compress_raw(data))
-    raise ValueError(codec)
+    return bytes(streaming_compress(codec, data))
 
 
-def mds_shard_bytes(n: int = 20, side: int = 16) -> bytes:
-    """An MDS shard of ``n`` samples (image, label, score); sample 11's score is NaN."""
-    samples = []
-    for i in range(n):
-        img = jpeg(i % 3, side)
-        score = np.float32(np.nan if i == 11 else i / 2)
-        head = np.array([len(img)], np.uint32).tobytes()
-        samples.append(head + img + np.int64(i).tobytes() + score.tobytes())
-    offsets = np.array([0, *map(len, samples)]).cumsum().astype(np.uint32)
-    offsets += 4 + 4 * (n + 1)
-    return np.uint32(n).tobytes() + offsets.tobytes() + b"".join(samples)
+MDS_COLUMNS = {"image": "jpeg", "label": "int", "score": "float32"}
 
 
-_NDARRAY_CODES = {"uint8": 8, "int8": 9, "uint16": 16, "int16": 17, "float16": 18}
-_NDARRAY_CODES |= {"uint32": 32, "int32": 33, "float32": 34, "uint64": 64, "int64": 65}
-_NDARRAY_CODES |= {"float64": 66}
-
-
-def mds_value(enc: str, obj: Any) -> bytes:
-    """What streaming's ``mds_encode(enc, obj)`` writes, for the encodings the tests use."""
-    name, _, config = enc.partition(":")
-    if name in ("str", "str_int", "str_float", "str_decimal"):
-        return str(obj).encode()
-    if name == "json":
-        return json.dumps(obj).encode()
-    if name == "pkl":
-        import pickle
-
-        return pickle.dumps(obj)
-    if name == "pil":
-        mode = obj.mode.encode()
-        head = np.array([obj.size[0], obj.size[1], len(mode)], np.uint32).tobytes()
-        return head + mode + obj.tobytes()
-    if name == "ndarray":  # [dtype code] [ndim << 2 | shape width] [shape], when not fixed
-        args = config.split(":") if config else []
-        arr = np.asarray(obj)
-        out = b"" if args else bytes([_NDARRAY_CODES[arr.dtype.name]])
-        if len(args) < 2:
-            width = next(k for k in range(4) if max(arr.shape) < 1 << (8 << k))
-            out += bytes([arr.ndim << 2 | width])
-            out += np.array(arr.shape, f"<u{1 << width}").tobytes()
-        return out + arr.astype(arr.dtype.newbyteorder("<")).tobytes()
-    if name == "bytes":
-        return bytes(obj)
-    return np.array(obj, "<i8" if name == "int" else name).tobytes()
-
-
-def mds_shard(columns: list[tuple[str, str, int | None]], rows: list[list[bytes]]) -> bytes:
-    """A shard of encoded ``rows`` (a value per column; ``columns``: name, encoding, fixed
-    size or None), laid out as MDSWriter writes it."""
-    samples = []
-    for values in rows:
-        sizes = [len(v) for (_, _, size), v in zip(columns, values, strict=True) if size is None]
-        samples.append(np.array(sizes, np.uint32).tobytes() + b"".join(values))
-    offsets = np.array([0, *map(len, samples)]).cumsum().astype(np.uint32)
-    offsets += 4 + 4 * (len(rows) + 1)
-    return np.uint32(len(rows)).tobytes() + offsets.tobytes() + b"".join(samples)
-
-
-def _file_info(basename: str, data: bytes, hashes: list[str]) -> dict[str, Any]:
-    """Streaming's ``Writer._hash``: basename, bytes and the listed hashes of a file."""
-    return {
-        "basename": basename,
-        "bytes": len(data),
-        "hashes": {algo: _digest(algo, data) for algo in hashes},
-    }
-
-
-def _digest(algo: str, data: bytes) -> str:
-    """Streaming's ``get_hash``: hashlib's algorithms, then xxhash's (``xxh64``, ...)."""
-    if algo.startswith("xxh"):
-        import xxhash
-
-        return str(getattr(xxhash, algo)(data).hexdigest())
-    return hashlib.new(algo, data).hexdigest()
+def mds_samples(n: int = 20, side: int = 16) -> list[dict[str, Any]]:
+    """``n`` samples of :data:`MDS_COLUMNS` (JPEG bytes, label, score); sample 11's score is
+    NaN."""
+    return [
+        {"image": jpeg(i % 3, side), "label": i, "score": np.float32(np.nan if i == 11 else i / 2)}
+        for i in range(n)
+    ]
 
 
 def write_mds(
@@ -158,44 +100,91 @@ def write_mds(
     n: int = 20,
     compression: str | None = None,
     hashes: tuple[str, ...] = ("sha1",),
-    data: bytes | None = None,
-    columns: list[tuple[str, str, int | None]] | None = None,
+    columns: dict[str, str] | None = None,
+    samples: list[dict[str, Any]] | None = None,
+    side: int = 16,
+    size_limit: int | None = None,
 ) -> Path:
-    """One shard + index.json laid out as streaming's MDSWriter writes them.
+    """A dataset written by ``streaming.MDSWriter`` itself: shards + ``index.json``.
 
-    With ``compression`` (``"zstd:7"``, ``"gz"``, ...) only ``shard.00000.mds.<codec>`` is
-    written and the entry carries ``zip_data`` beside ``raw_data``, as ``JointWriter`` does.
-    ``columns`` (name, encoding, fixed size or None) describe ``data`` (see :func:`mds_shard`);
-    by default it is :func:`mds_shard_bytes`'s image, label and score.
+    By default :func:`mds_samples` (``n`` of them, JPEGs of ``side`` pixels) in one shard;
+    ``columns`` (name -> MDS encoding) and ``samples`` (dicts) write anything else;
+    ``size_limit`` splits the samples over several shards.  With ``compression`` (``"zstd:7"``,
+    ``"gz"``, ...) only the compressed shards are written, as MDSWriter does.
     """
-    columns = columns or [("image", "jpeg", None), ("label", "int", 8), ("score", "float32", 4)]
-    folder.mkdir(parents=True)
-    raw = mds_shard_bytes(n) if data is None else data
-    raw_info = _file_info("shard.00000.mds", raw, list(hashes))
-    zip_info = None
-    written, name = raw, "shard.00000.mds"
-    if compression:
-        codec = compression.split(":")[0]
-        name = f"shard.00000.mds.{codec}"
-        written = compress(codec, raw)
-        zip_info = _file_info(name, written, list(hashes))
-    (folder / name).write_bytes(written)
-    shard = {
-        "column_encodings": [enc for _, enc, _ in columns],
-        "column_names": [name for name, _, _ in columns],  # MDSWriter sorts column names
-        "column_sizes": [size for _, _, size in columns],
-        "compression": compression,
-        "format": "mds",
-        "hashes": list(hashes),
-        "raw_data": raw_info,
-        "samples": n,
-        "size_limit": 1 << 26,
-        "version": 2,
-        "zip_data": zip_info,
-    }
-    index = {"shards": [shard], "version": 2}
-    (folder / "index.json").write_text(json.dumps(index, sort_keys=True))
+    writer = streaming_module().MDSWriter
+    columns = columns or MDS_COLUMNS
+    samples = mds_samples(n, side) if samples is None else samples
+    limit = size_limit or 1 << 26
+    with writer(
+        out=str(folder),
+        columns=columns,
+        compression=compression,
+        hashes=list(hashes),
+        size_limit=limit,
+    ) as out:
+        for sample in samples:
+            out.write(sample)
     return folder
+
+
+def mds_index(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "index.json").read_text())
+
+
+def mds_raw(folder: Path, shard: int = 0) -> bytes:
+    """The bytes of a shard as MDSWriter laid them out, before its compression (if any)."""
+    entry = mds_index(folder)["shards"][shard]
+    if not entry["compression"]:
+        return (folder / entry["raw_data"]["basename"]).read_bytes()
+    streaming_module()
+    from streaming.base.compression import decompress
+
+    data = (folder / entry["zip_data"]["basename"]).read_bytes()
+    return bytes(decompress(entry["compression"], data))
+
+
+def replace_mds_shard(folder: Path, raw: bytes, shard: int = 0) -> None:
+    """Put ``raw`` (shard bytes made or damaged by hand) in the place of a written shard,
+    compressed as its index says, its index entry's byte counts and hashes made to match (as
+    if MDSWriter had written those bytes): for hostile cases the writer cannot make."""
+    streaming_module()
+    from streaming.base.compression import compress as streaming_compress
+    from streaming.base.hashing import get_hash
+
+    index = mds_index(folder)
+    entry = index["shards"][shard]
+    infos = [(entry["raw_data"], raw)]
+    if entry["compression"]:
+        zipped = bytes(streaming_compress(entry["compression"], raw))
+        infos.append((entry["zip_data"], zipped))
+    for info, data in infos:
+        info["bytes"] = len(data)
+        info["hashes"] = {algo: get_hash(algo, data) for algo in info["hashes"]}
+    (folder / infos[-1][0]["basename"]).write_bytes(infos[-1][1])
+    (folder / "index.json").write_text(json.dumps(index, sort_keys=True))
+
+
+def mds_sample_span(raw: bytes, row: int) -> tuple[int, int]:
+    """Where sample ``row`` lies in a shard's bytes (its offset table's two entries)."""
+    begin, end = np.frombuffer(raw, "<u4", 2, 4 + 4 * row).tolist()
+    return int(begin), int(end)
+
+
+def mds_value_span(raw: bytes, entry: dict[str, Any], row: int, column: str) -> tuple[int, int]:
+    """Where one column value of one sample lies in a shard's bytes (``entry``: its index
+    entry, for the column names and fixed sizes)."""
+    start, _ = mds_sample_span(raw, row)
+    sizes = entry["column_sizes"]
+    n_var = sum(size is None for size in sizes)
+    var = iter(np.frombuffer(raw, "<u4", n_var, start).tolist())
+    pos = start + 4 * n_var
+    for name, size in zip(entry["column_names"], sizes, strict=True):
+        n = next(var) if size is None else size
+        if name == column:
+            return pos, pos + n
+        pos += n
+    raise KeyError(column)
 
 
 # --- Hugging Face save_to_disk ------------------------------------------------------------

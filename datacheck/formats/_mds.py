@@ -1,21 +1,30 @@
 """MosaicML Streaming (MDS) shards: ``shard.NNNNN.mds`` beside their ``index.json``.
 
-Read without the ``streaming`` package.  A shard is ``uint32 num_samples``, ``uint32
-offsets[num_samples + 1]`` (byte offsets of each sample in the file), then the samples; each
-sample starts with a ``uint32`` size per variable-size column, then the columns in the order
-the index names them.  Checked: the index's byte count and hashes of the shard (where
-present, every one listed: hashlib's ``sha1``, ``md5``, ... and xxhash's ``xxh64``, ...), the
-sample count, offsets that rise and end at the end of the file, and every sample's column sizes
-(any of these wrong -> ``corrupt``).  Every column value is then read as streaming would
-decode it (:mod:`._mds_values`): one that would not decode is ``corrupt`` at the sample's row,
-float values are checked for NaN/Inf, images fully decoded; ``pkl`` values are parsed, never
-unpickled.  Compressed shards (``.mds.zstd``,
-``.mds.gz``, ...) and shards on object stores are first copied (decompressed) into a temporary
-file, bounded and hash-checked (:mod:`._mds_zip`).
+Read without the ``streaming`` package, against the layout ``streaming.MDSWriter`` writes
+(mosaicml-streaming 0.13, ``streaming/base/format/mds/writer.py``; its ``StreamingDataset`` is
+the oracle in the tests): ``uint32 num_samples``, ``uint32 offsets[num_samples + 1]`` (byte
+offsets of each sample in the file), the writer's config as JSON (``json.dumps`` of the
+shard's column names, encodings and sizes, compression, hashes, size limit, format and version:
+what its ``index.json`` entry says too), then the samples; each sample starts with a ``uint32``
+size per variable-size column, then the columns in the order the index names them.  Streaming
+itself never reads the config block: it seeks to ``offsets[i]``.
+
+Checked: the index's byte count and hashes of the shard (where present, every one listed:
+hashlib's ``sha1``, ``md5``, ... and xxhash's ``xxh64``, ...), the sample count, offsets that
+start after the table, rise and end at the end of the file, and every sample's column sizes (any
+of these wrong -> ``corrupt``).  A config block that is not the writer's JSON, or that names
+other columns than ``index.json``, is a warning (streaming reads the samples regardless); a
+shard without ``index.json`` is read with the columns its config names.  Every column value is
+then read as streaming would decode it (:mod:`._mds_values`): one that would not decode is
+``corrupt`` at the sample's row, float values are checked for NaN/Inf, images fully decoded;
+``pkl`` values are parsed, never unpickled.  Compressed shards (``.mds.zstd``, ``.mds.gz``, ...)
+and shards on object stores are first copied (decompressed) into a temporary file, bounded and
+hash-checked (:mod:`._mds_zip`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -35,6 +44,8 @@ from datacheck.schema._media import ImageRules, media_rules
 __all__ = ["MdsFormat", "is_mds_index", "is_shard_name", "mds_index_entry"]
 
 MAX_INDEX_BYTES = 64 << 20
+MAX_CONFIG_BYTES = 16 << 20
+"""A config block past this is not parsed (MDSWriter's are a few hundred bytes)."""
 SAMPLES_PER_CHUNK = 1024
 _TEXT = ("str", "json", "str_int", "str_float", "str_decimal")
 _EXTENSIONS = (".mds", *(f".mds.{codec}" for codec in CODECS))
@@ -95,6 +106,8 @@ def _check_hashes(mf: MappedFile, raw: Mapping[str, Any]) -> None:
 
 
 def _offsets(mf: MappedFile, expected: Any) -> np.ndarray:
+    """The offset table: ``n + 1`` offsets from after the table (and the config block) to the
+    end of the file, never falling."""
     if mf.size < 4:
         raise TensorFileError(f"truncated: {mf.size} bytes, no sample count")
     n = int(mf.array(0, np.dtype("<u4"), (1,))[0])
@@ -102,12 +115,63 @@ def _offsets(mf: MappedFile, expected: Any) -> np.ndarray:
         raise TensorFileError(f"the shard holds {n} samples, index.json says {expected}")
     offsets = mf.array(4, np.dtype("<u4"), (n + 1,)).astype(np.int64)  # bounds-checked
     start = 4 + 4 * (n + 1)
-    if offsets[0] != start or offsets[-1] != mf.size or np.any(np.diff(offsets) < 0):
+    if offsets[0] < start or offsets[-1] != mf.size or np.any(np.diff(offsets) < 0):
         raise TensorFileError(
-            f"sample offsets run {int(offsets[0])}..{int(offsets[-1])}, expected {start}.."
-            f"{mf.size} rising: the offset table is damaged"
+            f"sample offsets run {int(offsets[0])}..{int(offsets[-1])}, expected {start} (or "
+            f"past it, after the config block)..{mf.size} rising: the offset table is damaged"
         )
     return offsets
+
+
+def _config(mf: MappedFile, offsets: np.ndarray) -> tuple[dict[str, Any] | None, str | None]:
+    """The writer's config block between the offset table and the first sample: (its JSON
+    object, None), (None, None) when there is none, or (None, what is wrong with it)."""
+    start = 4 + 4 * len(offsets)
+    size = int(offsets[0]) - start
+    if size == 0:
+        return None, None
+    where = f"the config block (bytes {start}..{start + size})"
+    if size > MAX_CONFIG_BYTES:
+        return None, f"{where} is {size} bytes, past {MAX_CONFIG_BYTES}: not read"
+    try:
+        config = json.loads(mf.bytes(start, size))
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the C stack
+        return None, f"{where} is not the JSON MDSWriter writes ({str(exc)[:60]}): damaged"
+    if not isinstance(config, dict):
+        return None, f"{where} is a JSON {type(config).__name__}, not MDSWriter's object"
+    return config, None
+
+
+def _layout(entry: Mapping[str, Any] | None, config: dict[str, Any] | None) -> _Columns | None:
+    """The columns samples are split by: ``index.json``'s (what streaming reads them with),
+    else the shard's own config block's (None: neither names them)."""
+    if entry is not None:
+        return _Columns(entry)
+    if config is None or "column_names" not in config:
+        return None
+    try:
+        return _Columns(config)
+    except TensorFileError:
+        return None
+
+
+def _config_findings(
+    path: str, cols: _Columns | None, config: dict[str, Any] | None, problem: str | None
+) -> list[Finding]:
+    """Warnings about the config block: streaming never reads it, so none of them stops the
+    samples from being read (and checked)."""
+    if problem is None and config is not None and cols is not None:
+        own = tuple(config.get(k) for k in ("column_names", "column_encodings", "column_sizes"))
+        if own != (cols.names, cols.encodings, cols.sizes):
+            problem = (
+                f"the shard's config block names columns {_excerpt(own[0])} "
+                f"{_excerpt(own[1])}, index.json {_excerpt(cols.names)} "
+                f"{_excerpt(cols.encodings)}: the shard may belong to another dataset "
+                "(its samples are read with index.json's columns, as streaming reads them)"
+            )
+    if problem is None:
+        return []
+    return [Finding(path, "corrupt", Severity.WARNING, problem, None, None)]
 
 
 def _is_size(value: Any) -> bool:
@@ -159,9 +223,8 @@ class _Columns:
         return out
 
 
-def _samples(
-    mf: MappedFile, offsets: np.ndarray, cols: _Columns | None, path: str, rules: ImageRules
-) -> Iterator[SampleChunk]:
+def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChunk]:
+    mf, offsets, cols = shard.mf, shard.offsets, shard.cols
     n = len(offsets) - 1
     checks = (
         [
@@ -172,11 +235,12 @@ def _samples(
         if cols
         else []
     )
+    found: list[Finding] = list(shard.findings)
     for lo in range(0, max(n, 1), SAMPLES_PER_CHUNK):
         hi = min(n, lo + SAMPLES_PER_CHUNK)
-        found: list[Finding] = []
-        if cols is None:  # no index.json: the offsets are all there is to check
-            yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo)
+        if cols is None:  # no columns named anywhere: the offsets are all there is to check
+            yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
+            found = []
             continue
         for row in range(lo, hi):
             sample = mf.bytes(int(offsets[row]), int(offsets[row + 1] - offsets[row]))
@@ -188,9 +252,23 @@ def _samples(
             for i, check in checks:
                 found += check(path, row, cols.names[i], values[i])
         yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
+        found = []
 
 
-def _shard(path: str, entry: Mapping[str, Any] | None) -> MappedFile:
+class _Shard:
+    """An opened shard: its bytes, offsets, the columns its samples are split by and what the
+    config block says about it."""
+
+    def __init__(self, path: str) -> None:
+        entry = mds_index_entry(path)
+        self.mf = _mapped(path, entry)
+        self.offsets = _offsets(self.mf, (entry or {}).get("samples"))
+        config, problem = _config(self.mf, self.offsets)
+        self.cols = _layout(entry, config)
+        self.findings = _config_findings(path, self.cols, config, problem)
+
+
+def _mapped(path: str, entry: Mapping[str, Any] | None) -> MappedFile:
     codec = shard_codec(path, entry)
     if codec is not None or _storage.is_url(path):  # sizes, hashes checked on the way
         return materialize_shard(path, codec, entry)
@@ -229,14 +307,11 @@ class MdsFormat(Format):
     tabular = False
 
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
-        entry = mds_index_entry(unit.path)
-        mf = _shard(unit.path, entry)
-        offsets = _offsets(mf, (entry or {}).get("samples"))
-        cols = _Columns(entry) if entry is not None else None
+        shard = _Shard(unit.path)
+        cols = shard.cols
         columns = dict(zip(cols.names, cols.encodings, strict=True)) if cols else {}
-        rules = media_rules(options).images
-        chunks = _samples(mf, offsets, cols, unit.path, rules)
-        return Opened(columns, chunks, expected_rows=len(offsets) - 1)
+        chunks = _samples(shard, unit.path, media_rules(options).images)
+        return Opened(columns, chunks, expected_rows=len(shard.offsets) - 1)
 
     def tables(
         self,
@@ -249,12 +324,10 @@ class MdsFormat(Format):
         """The samples' values, :data:`SAMPLES_PER_CHUNK` at a time (only chunks holding one
         of ``rows``): scalars as numbers, ``str``/``json``/``str_*`` as text, the rest (images,
         arrays, pickles, bytes) as the bytes the shard holds; a sample whose sizes do not add up
-        is all null.  Without an ``index.json`` there are no columns: one ``sample`` column of
-        each sample's bytes."""
-        entry = mds_index_entry(path)
-        mf = _shard(path, entry)
-        offsets = _offsets(mf, (entry or {}).get("samples"))
-        cols = _Columns(entry) if entry is not None else None
+        is all null.  Where neither ``index.json`` nor the shard's config block names columns:
+        one ``sample`` column of each sample's bytes."""
+        shard = _Shard(path)
+        mf, offsets, cols = shard.mf, shard.offsets, shard.cols
         n = len(offsets) - 1
         starts: Iterable[int] = range(0, n, SAMPLES_PER_CHUNK)
         if rows is not None:

@@ -9,9 +9,13 @@ checksum) lands in one column value.  Every value that streaming would fail to d
 * ``ndarray`` (any of its four layouts) whose dtype byte, shape header or value bytes do not
   add up; ``pil`` whose mode is not one or whose raw pixels are fewer than its size needs;
 * ``jpeg``/``png`` that do not fully decode (:func:`._image.check_image`, with the image rules);
+* ``list[pil]``/``list[jpeg]``/``list[png]`` (``uint32`` placeholder, count, sizes, elements)
+  and ``jpeg_array`` (count, sizes, JPEGs; streaming refuses an empty one) whose sizes do not
+  add up to the value, or with an element that fails its own encoding's check;
 * ``pkl`` whose opcodes do not parse (:func:`pickletools.dis`: read, never executed).
 
-Float values (scalars, ``str_float``, ``str_decimal``, float ndarrays) are checked for NaN/Inf.
+Float values (scalars, ``str_float``, ``str_decimal``, float ndarrays, the pixels of a ``pil``
+image of mode ``F``) are checked for NaN/Inf.
 ``bytes`` and encodings datacheck does not know are taken as they are.
 """
 
@@ -23,6 +27,7 @@ import math
 import pickletools
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -179,7 +184,55 @@ def _pil(data: bytes) -> np.ndarray:
         raise _Bad(
             f"{width} x {height} {mode} needs {need} pixel bytes, holds {len(data) - 12 - size}"
         )
+    if mode == "F":  # 32-bit float pixels, in the byte order of the machine that wrote them
+        return np.frombuffer(data, "=f4", width * height, 12 + size)
     return _NONE
+
+
+_LISTS = {"list[pil]": 4, "list[jpeg]": 4, "list[png]": 4, "jpeg_array": 0, "jpegarray": 0}
+"""Streaming's list encodings: the bytes before the element count (a ``uint32`` placeholder
+in ``list[*]``, none in ``jpeg_array``)."""
+
+
+def _elements(data: bytes, head: int) -> list[bytes]:
+    """The elements of a list value: ``[head bytes] uint32 n, uint32 sizes[n], elements``."""
+    if len(data) < head + 4:
+        raise _Bad(f"header cut short ({len(data)} bytes)")
+    n = int.from_bytes(data[head : head + 4], "little")
+    table = head + 4 + 4 * n
+    if table > len(data):
+        raise _Bad(f"{n} element sizes do not fit in {len(data)} bytes")
+    if n == 0 and head == 0:
+        raise _Bad("no images (streaming refuses an empty jpeg_array)")
+    cuts = [table, *(np.cumsum(np.frombuffer(data, "<u4", n, head + 4), dtype=np.int64) + table)]
+    if cuts[-1] != len(data):
+        raise _Bad(f"element sizes add up to {cuts[-1] - table} bytes, not {len(data) - table}")
+    return [data[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def _list_check(enc: str, rules: ImageRules) -> Check:
+    head = _LISTS[enc]
+    pil = enc == "list[pil]"
+
+    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+        try:
+            parts = _elements(data, head)
+        except _Bad as exc:
+            return [Finding(path, "corrupt", Severity.ERROR, f"{enc}: {exc}", name, row)]
+        out: dict[str, Finding] = {}  # the first finding of each check, naming its element
+        for k, part in enumerate(parts):
+            if pil:
+                try:
+                    found = _float_findings(path, row, name, _pil(part))
+                except _Bad as exc:
+                    found = [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
+            else:
+                found = _image_findings(path, row, name, part, rules)
+            for f in found:
+                out.setdefault(f.check, replace(f, value=f"{enc}: element {k}: {f.value}"))
+        return list(out.values())
+
+    return findings
 
 
 def _checker(enc: str) -> Callable[[bytes], np.ndarray] | None:
@@ -210,6 +263,8 @@ def value_check(enc: str, rules: ImageRules, size: int | None = None) -> Check |
     the column's fixed byte count in the index, which the sample split already enforces."""
     if enc in ("jpeg", "png"):
         return lambda path, row, name, data: _image_findings(path, row, name, data, rules)
+    if enc in _LISTS:
+        return _list_check(enc, rules)
     dtype = np.dtype(SCALARS.get(enc, "V1"))
     if enc in SCALARS and size == dtype.itemsize:  # the common case: one value per sample
         return _fixed_float(dtype) if dtype.kind == "f" else None

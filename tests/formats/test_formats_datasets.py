@@ -1,4 +1,5 @@
-"""Dataset folders: Hugging Face save_to_disk splits and MosaicML MDS shards."""
+"""Dataset folders: Hugging Face save_to_disk splits and MosaicML MDS shards (written by
+streaming's MDSWriter)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from _mediakit import write_hf_split, write_mds
+from _mediakit import mds_sample_span, write_hf_split, write_mds
 
 import datacheck
 
@@ -80,7 +81,8 @@ def test_mds_flipped_byte_is_corrupt(where: str, tmp_path: Path) -> None:
     folder = write_mds(tmp_path / "mds")
     shard = folder / "shard.00000.mds"
     data = bytearray(shard.read_bytes())
-    data[4 + 4 * 21 + 300 if where == "sample" else 9] ^= 0x10
+    begin, _ = mds_sample_span(bytes(data), 0)
+    data[begin + 4 + 300 if where == "sample" else 9] ^= 0x10  # in sample 0's JPEG / offsets
     shard.write_bytes(bytes(data))
     entry = scan(folder).data["files"][0]
     assert entry["status"] == "corrupt" and "sha1" in entry["error"]

@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _mediakit import compress, mds_shard, mds_value, write_mds
+from _mediakit import (
+    compress,
+    mds_index,
+    mds_raw,
+    mds_sample_span,
+    mds_value_span,
+    replace_mds_shard,
+    write_mds,
+)
 
 import datacheck
 from datacheck.formats import WorkUnit, get_format
@@ -20,8 +28,12 @@ from datacheck.formats._tensor_common import TensorFileError
 
 HASHLIB = ["md5", "sha1", "sha224", "sha256", "sha384", "sha512", "blake2b", "blake2s", "sha3_256"]
 XXHASH = ["xxh32", "xxh64", "xxh128", "xxh3_64", "xxh3_128"]
-JPEG_BYTE = 4 + 4 * 21 + 300
-"""A byte inside sample 0's JPEG entropy data: flipped, the image still decodes."""
+
+
+def jpeg_byte(folder: Path) -> int:
+    """A byte inside sample 0's JPEG entropy data: flipped, the image still decodes."""
+    begin, _ = mds_sample_span(mds_raw(folder), 0)
+    return begin + 4 + 300  # past the sample's one size (the image's)
 
 
 def only_file(folder: Path) -> dict[str, Any]:
@@ -51,7 +63,7 @@ def open_shard(folder: Path) -> None:
 def test_payload_byte_flip_is_invisible_without_a_hash(tmp_path: Path) -> None:
     """The baseline the hashes are for: a JPEG that still decodes after the flip."""
     folder = write_mds(tmp_path / "mds", hashes=())
-    flip(folder / "shard.00000.mds", JPEG_BYTE)
+    flip(folder / "shard.00000.mds", jpeg_byte(folder))
     entry = only_file(folder)
     assert entry["status"] == "flagged" and entry["counts"] == {"nan": 1}, entry
 
@@ -60,7 +72,7 @@ def test_payload_byte_flip_is_invisible_without_a_hash(tmp_path: Path) -> None:
 def test_every_streaming_hash_is_checked(algo: str, tmp_path: Path) -> None:
     folder = write_mds(tmp_path / "mds", hashes=(algo,))
     assert only_file(folder)["status"] == "flagged"  # the planted NaN, nothing else
-    flip(folder / "shard.00000.mds", JPEG_BYTE)
+    flip(folder / "shard.00000.mds", jpeg_byte(folder))
     entry = only_file(folder)
     assert entry["status"] == "corrupt", entry
     assert entry["error"].startswith(f"TensorFileError: {algo} of the shard is "), entry["error"]
@@ -119,30 +131,29 @@ def test_hashes_that_cannot_be_checked_are_corrupt(
 
 # --- a flipped byte without hashes: every value read as streaming decodes it ---------------
 
-COLUMNS: list[tuple[str, str, int | None]] = [  # name, encoding, fixed size (None: variable)
-    ("blob", "bytes", None),
-    ("dec", "str_decimal", None),
-    ("f", "str_float", None),
-    ("i", "str_int", None),
-    ("js", "json", None),
-    ("n", "int", 8),
-    ("nd", "ndarray", None),
-    ("ndf", "ndarray:float32", None),
-    ("ndfix", "ndarray:float32:2,3", 24),
-    ("pic", "pil", None),
-    ("pk", "pkl", None),
-    ("text", "str", None),
-]
+COLUMNS = {  # name -> encoding: one of each MDS encoding the value checks read
+    "blob": "bytes",
+    "dec": "str_decimal",
+    "f": "str_float",
+    "i": "str_int",
+    "js": "json",
+    "n": "int",
+    "nd": "ndarray",
+    "ndf": "ndarray:float32",
+    "ndfix": "ndarray:float32:2,3",
+    "pic": "pil",
+    "pk": "pkl",
+    "text": "str",
+}
 ROWS = 8
 
 
-def every_encoding_shard() -> bytes:
-    """A shard with a column of each MDS encoding; row 3's ``str_float`` is NaN."""
+def every_encoding_samples() -> list[dict[str, Any]]:
+    """A sample per row with a column of each encoding; row 3's ``str_float`` is NaN."""
     from PIL import Image
 
-    rows = []
-    for i in range(ROWS):
-        obj = {
+    return [
+        {
             "blob": bytes(range(i, i + 10)),
             "dec": Decimal("1.25"),
             "f": float("nan") if i == 3 else 0.5,
@@ -156,23 +167,39 @@ def every_encoding_shard() -> bytes:
             "pk": {"k": [i, "v"]},
             "text": f"héllo wörld {i}",
         }
-        rows.append([mds_value(enc, obj[name]) for name, enc, _ in COLUMNS])
-    return mds_shard(COLUMNS, rows)
+        for i in range(ROWS)
+    ]
 
 
-def value_span(raw: bytes, row: int, column: str) -> tuple[int, int]:
+def write_every_encoding(folder: Path, compression: str | None = None) -> Path:
+    """The shard MDSWriter writes of :func:`every_encoding_samples`, without index hashes."""
+    return write_mds(
+        folder,
+        compression=compression,
+        hashes=(),
+        columns=COLUMNS,
+        samples=every_encoding_samples(),
+    )
+
+
+def every_encoding_shard(tmp_path: Path, compression: str | None = None) -> tuple[Path, bytes]:
+    """The folder :func:`write_every_encoding` writes, and its shard's (decompressed) bytes
+    (the config block inside names the compression: the bytes differ between codecs)."""
+    folder = write_every_encoding(tmp_path / "clean", compression)
+    return folder, mds_raw(folder)
+
+
+def value_span(folder: Path, raw: bytes, row: int, column: str) -> tuple[int, int]:
     """Where one column value of one sample lies in the shard."""
-    offsets = np.frombuffer(raw, "<u4", ROWS + 1, 4)
-    start = int(offsets[row])
-    n_var = sum(size is None for _, _, size in COLUMNS)
-    var = iter(np.frombuffer(raw, "<u4", n_var, start).tolist())
-    pos = start + 4 * n_var
-    for name, _, size in COLUMNS:
-        n = next(var) if size is None else size
-        if name == column:
-            return pos, pos + n
-        pos += n
-    raise KeyError(column)
+    return mds_value_span(raw, mds_index(folder)["shards"][0], row, column)
+
+
+def damaged_copy(tmp_path: Path, raw: bytes) -> Path:
+    """The every-encoding dataset with its shard's bytes replaced by ``raw`` (damaged by
+    hand: the writer cannot make these bytes)."""
+    folder = write_every_encoding(tmp_path / "m")
+    replace_mds_shard(folder, raw)
+    return folder
 
 
 def scan_sites(folder: Path) -> tuple[dict[str, Any], set[tuple[int, str, str]]]:
@@ -186,11 +213,9 @@ PLANTED = (3, "f", "nan")
 
 
 def test_every_encoding_of_a_clean_shard_reads(tmp_path: Path) -> None:
-    folder = write_mds(
-        tmp_path / "m", n=ROWS, hashes=(), data=every_encoding_shard(), columns=COLUMNS
-    )
+    folder = write_every_encoding(tmp_path / "m")
     entry, sites = scan_sites(folder)
-    assert entry["columns"] == {name: enc for name, enc, _ in COLUMNS}
+    assert entry["columns"] == COLUMNS
     assert sites == {PLANTED}, sites
 
 
@@ -213,11 +238,11 @@ def test_every_encoding_of_a_clean_shard_reads(tmp_path: Path) -> None:
 def test_flipped_byte_found_in_the_value_it_lands_in(
     column: str, at: int, bit: int, check: str, tmp_path: Path
 ) -> None:
-    raw = bytearray(every_encoding_shard())
-    start, end = value_span(bytes(raw), 5, column)
+    clean, data = every_encoding_shard(tmp_path)
+    raw = bytearray(data)
+    start, end = value_span(clean, data, 5, column)
     raw[(start if at >= 0 else end) + at] ^= bit
-    folder = write_mds(tmp_path / "m", n=ROWS, hashes=(), data=bytes(raw), columns=COLUMNS)
-    entry, sites = scan_sites(folder)
+    entry, sites = scan_sites(damaged_copy(tmp_path, bytes(raw)))
     assert entry["status"] == "flagged", entry
     assert sites == {PLANTED, (5, column, check)}, sites
 
@@ -228,10 +253,10 @@ def test_flipped_byte_that_still_decodes_is_not_detectable(
 ) -> None:
     """An int, raw bytes, 'h' -> 'i' in a string, a pixel: streaming reads another value
     without error, and without an index hash nothing can tell (the README says so)."""
-    raw = bytearray(every_encoding_shard())
-    raw[value_span(bytes(raw), 5, column)[0] + at] ^= 0x01
-    folder = write_mds(tmp_path / "m", n=ROWS, hashes=(), data=bytes(raw), columns=COLUMNS)
-    assert scan_sites(folder)[1] == {PLANTED}
+    clean, data = every_encoding_shard(tmp_path)
+    raw = bytearray(data)
+    raw[value_span(clean, data, 5, column)[0] + at] ^= 0x01
+    assert scan_sites(damaged_copy(tmp_path, bytes(raw)))[1] == {PLANTED}
 
 
 def decompress(codec: str, data: bytes) -> bytes | None:
@@ -262,10 +287,10 @@ def first_flip(codec: str, raw: bytes, lands: Callable[[bytes | None], bool]) ->
     raise AssertionError(f"no single-bit flip of the {codec} stream lands there")
 
 
-def write_compressed(folder: Path, codec: str, raw: bytes, data: bytes) -> Path:
-    """A shard compressed without a checksum and an index without hashes, as MDSWriter
-    writes by default; ``data``: the (damaged) compressed bytes."""
-    write_mds(folder, n=ROWS, compression=codec, hashes=(), data=raw, columns=COLUMNS)
+def write_compressed(folder: Path, codec: str, data: bytes) -> Path:
+    """The every-encoding shard compressed by MDSWriter (no checksum, no index hashes, as it
+    writes by default), its compressed bytes then replaced by ``data`` (damaged by hand)."""
+    write_every_encoding(folder, compression=codec)
     (folder / f"shard.00000.mds.{codec}").write_bytes(data)
     index = json.loads((folder / "index.json").read_text())
     index["shards"][0]["zip_data"]["bytes"] = len(data)
@@ -275,23 +300,23 @@ def write_compressed(folder: Path, codec: str, raw: bytes, data: bytes) -> Path:
 
 @pytest.mark.parametrize("codec", ["zstd", "br", "snappy"])
 def test_compressed_flip_that_breaks_the_stream(codec: str, tmp_path: Path) -> None:
-    raw = every_encoding_shard()
+    _, raw = every_encoding_shard(tmp_path, codec)
     data = first_flip(codec, raw, lambda out: out is None)
-    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
+    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, data))
     assert entry["status"] == "corrupt" and not sites
     assert entry["error"].startswith(f"TensorFileError: {codec}"), entry["error"]
 
 
 @pytest.mark.parametrize("codec", ["zstd", "br", "snappy"])
 def test_compressed_flip_into_the_offset_table(codec: str, tmp_path: Path) -> None:
-    raw = every_encoding_shard()
+    _, raw = every_encoding_shard(tmp_path, codec)
     table = 4 + 4 * (ROWS + 1)
 
     def lands(out: bytes | None) -> bool:
         return out is not None and len(out) == len(raw) and out[:table] != raw[:table]
 
     data = first_flip(codec, raw, lands)
-    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
+    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, data))
     assert entry["status"] == "corrupt" and not sites
     assert (
         "sample" in entry["error"]
@@ -300,39 +325,61 @@ def test_compressed_flip_into_the_offset_table(codec: str, tmp_path: Path) -> No
     ), entry["error"]
 
 
+def reader_sites(shard: Path) -> set[tuple[int | None, str | None, str]]:
+    """(row, column, check) of what the MDS reader finds in a shard (no scan around it)."""
+    opened = get_format("mds").open(WorkUnit(str(shard), "mds", 0, 0.0), {})
+    return {(f.row, f.column, f.check) for chunk in opened.chunks for f in chunk.findings}
+
+
 @pytest.mark.parametrize("codec", ["zstd", "br", "snappy"])
-def test_compressed_flip_into_one_string(codec: str, tmp_path: Path) -> None:
-    """The stream decodes, to the right size, with one sample's string no longer UTF-8:
-    found at that sample's row and column."""
-    raw = every_encoding_shard()
-    start, end = value_span(raw, 5, "text")
+def test_compressed_flips_that_break_one_value(codec: str, tmp_path: Path) -> None:
+    """Every single-bit flip of the compressed stream that still inflates to the shard's size,
+    changes bytes inside one value only, and makes streaming's own ``mds_decode`` raise (the
+    oracle; pickles left out: that decoder would unpickle them) is found at that sample's row
+    and column."""
+    from _mediakit import streaming_module
 
-    def lands(out: bytes | None) -> bool:
-        if (
-            out is None
-            or len(out) != len(raw)
-            or out[:start] + out[end:] != raw[:start] + raw[end:]
-        ):
-            return False
-        try:
-            out[start:end].decode("utf-8")
-        except UnicodeDecodeError:
-            return True
-        return False
+    streaming_module()
+    from streaming.base.format.mds.encodings import mds_decode
 
-    data = first_flip(codec, raw, lands)
-    entry, sites = scan_sites(write_compressed(tmp_path / "m", codec, raw, data))
-    assert entry["status"] == "flagged", entry
-    assert sites == {PLANTED, (5, "text", "corrupt")}, sites
+    clean, raw = every_encoding_shard(tmp_path, codec)
+    entry = mds_index(clean)["shards"][0]
+    encodings = dict(zip(entry["column_names"], entry["column_encodings"], strict=True))
+    spans = [(r, c, *value_span(clean, raw, r, c)) for r in range(ROWS) for c in COLUMNS]
+    data = compress(codec, raw)
+    shard = write_compressed(tmp_path / "m", codec, data) / f"shard.00000.mds.{codec}"
+    clean_bytes = np.frombuffer(raw, np.uint8)
+    broken, missed = 0, []
+    for pos in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[pos] ^= 1 << bit
+            out = decompress(codec, bytes(damaged))
+            if out is None or len(out) != len(raw) or out == raw:
+                continue
+            diff = np.flatnonzero(np.frombuffer(out, np.uint8) != clean_bytes)
+            inside = [s for s in spans if s[2] <= diff[0] and diff[-1] < s[3]]
+            if not inside or encodings[inside[0][1]] == "pkl":
+                continue
+            row, column, start, end = inside[0]
+            try:
+                mds_decode(encodings[column], out[start:end])
+                continue
+            except Exception:  # noqa: BLE001 - whatever streaming's decoder raises
+                broken += 1
+            shard.write_bytes(bytes(damaged))
+            if (row, column, "corrupt") not in reader_sites(shard):
+                missed.append((pos, bit, row, column))
+    assert broken > 0 and not missed, (broken, missed)
 
 
 def test_flagged_samples_read_back(tmp_path: Path) -> None:
     """flagged_rows on a shard: numbers as numbers, text encodings as text, the rest as the
     bytes the shard holds; a sample whose sizes do not add up comes back all null."""
-    raw = bytearray(every_encoding_shard())
-    start = int(np.frombuffer(raw, "<u4", 1, 4 + 4 * 6)[0])  # sample 6: its first size
+    raw = bytearray(every_encoding_shard(tmp_path)[1])
+    start, _ = mds_sample_span(bytes(raw), 6)  # sample 6: its first size
     raw[start : start + 4] = np.uint32(3).tobytes()
-    folder = write_mds(tmp_path / "m", n=ROWS, hashes=(), data=bytes(raw), columns=COLUMNS)
+    folder = damaged_copy(tmp_path, bytes(raw))
     report = datacheck.scan(str(folder), executor="inprocess", workers=1)
     rows = report.flagged_rows("shard.00000.mds")
     assert list(rows.index) == [3, 6]
@@ -343,16 +390,16 @@ def test_flagged_samples_read_back(tmp_path: Path) -> None:
     assert rows.loc[6, "_checks"] == "corrupt" and rows.loc[6, ["n", "text"]].isna().all()
 
 
-def test_zstd_content_checksum_catches_every_flip_that_changes_the_shard() -> None:
-    """A frame written with its checksum (streaming's have none): zstandard verifies it, so no
-    single-bit flip that changes the decompressed shard goes unnoticed."""
+def test_zstd_content_checksum_catches_every_flip_that_changes_the_shard(tmp_path: Path) -> None:
+    """A frame written with its checksum (by hand: streaming's have none): zstandard verifies
+    it, so no single-bit flip that changes the decompressed shard goes unnoticed."""
     import io
 
     import zstandard
 
     from datacheck.formats._mds_zip import _chunks
 
-    raw = every_encoding_shard()
+    _, raw = every_encoding_shard(tmp_path)
     data = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(raw)
     unnoticed = []
     for pos in range(len(data)):

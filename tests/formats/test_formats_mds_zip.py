@@ -1,5 +1,6 @@
-"""Compressed MDS shards (``shard.NNNNN.mds.zstd``, ``.gz``, ``.bz2``), as MosaicML Streaming
-writes them with ``compression`` set: decompressed bounded, hash-checked, then read as usual."""
+"""Compressed MDS shards (``shard.NNNNN.mds.zstd``, ``.gz``, ``.bz2``, ``.br``, ``.snappy``),
+written by streaming's own ``MDSWriter`` with ``compression`` set: decompressed bounded,
+hash-checked, then read as usual."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _mediakit import compress, mds_shard_bytes, write_mds
+from _mediakit import compress, mds_raw, write_mds
 
 import datacheck
 from datacheck.formats import WorkUnit, get_format
@@ -56,9 +57,9 @@ def test_compressed_shard_read_like_a_plain_one(compression: str, tmp_path: Path
 def test_shard_that_inflates_in_many_steps(compression: str, tmp_path: Path) -> None:
     """Megabyte-sized samples: the decoders hand their output back a bounded step at a time,
     and the last step of every codec must still arrive."""
-    data = mds_shard_bytes(12, side=800)
-    assert len(data) > 4 << 20
-    entry = only_file(write_mds(tmp_path / "mds", n=12, compression=compression, data=data))
+    folder = write_mds(tmp_path / "mds", n=12, compression=compression, side=800)
+    assert len(mds_raw(folder)) > 4 << 20
+    entry = only_file(folder)
     assert entry["status"] == "flagged" and entry["rows"] == 12, entry
     assert entry["counts"] == {"nan": 1}
 
@@ -79,11 +80,12 @@ def test_flipped_byte_named_by_the_compressed_hash(compression: str, tmp_path: P
 def test_flipped_byte_without_hashes_is_corrupt(compression: str, tmp_path: Path) -> None:
     """Without index hashes the stream's own check finds it: gzip's CRC-32, bzip2's block CRC,
     a zstd frame's checksum when it has one (streaming's frames have none, nor have brotli
-    and raw snappy: there a flipped byte shows only in the sample it lands in)."""
+    and raw snappy: there a flipped byte shows only in the sample it lands in).  The zstd frame
+    with a checksum is made by hand: MDSWriter never writes one."""
     codec = compression.split(":")[0]
     folder = write_mds(tmp_path / "mds", compression=compression, hashes=())
     (shard,) = folder.glob("shard.*")
-    data = bytearray(compress(codec, mds_shard_bytes(), checksum=True))
+    data = bytearray(compress(compression, mds_raw(folder), checksum=codec == "zstd"))
     data[len(data) // 3] ^= 0x01
     shard.write_bytes(bytes(data))
     edit_index(folder, zip_data__bytes=len(data))
@@ -108,12 +110,11 @@ def test_truncated_compressed_shard(compression: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("compression", ["zstd", "gz", "br", "snappy"])
 def test_decompression_bomb_stops_at_the_index_size(compression: str, tmp_path: Path) -> None:
     # 64 MiB of zeros after a real shard, compressed to a few KiB; the index says 4,000 bytes
-    folder = write_mds(
-        tmp_path / "mds", compression=compression, hashes=(), data=mds_shard_bytes(4)
-    )
+    # (made by hand: no writer appends them)
+    folder = write_mds(tmp_path / "mds", n=4, compression=compression, hashes=())
     (shard,) = folder.glob("shard.*")
     zeros = 64 << (10 if compression == "snappy" else 20)  # snappy inflates 21x at most
-    shard.write_bytes(compress(compression, mds_shard_bytes(4) + bytes(zeros)))
+    shard.write_bytes(compress(compression, mds_raw(folder) + bytes(zeros)))
     edit_index(folder, raw_data__bytes=4000, zip_data__bytes=shard.stat().st_size)
     entry = only_file(folder)
     assert entry["status"] == "corrupt"
@@ -166,7 +167,7 @@ def test_codec_without_its_package_names_the_extra(
 def test_keep_zip_cache_is_read_once_from_the_raw_shard(tmp_path: Path) -> None:
     """Streaming's local cache with ``keep_zip=True`` holds both files of a shard."""
     folder = write_mds(tmp_path / "mds", compression="zstd")
-    (folder / "shard.00000.mds").write_bytes(mds_shard_bytes())
+    (folder / "shard.00000.mds").write_bytes(mds_raw(folder))
     report = scan(folder)
     (entry,) = report.data["files"]
     assert Path(entry["path"]).name == "shard.00000.mds" and entry["rows"] == 20

@@ -1,0 +1,341 @@
+"""MosaicML MDS as ``streaming.MDSWriter`` writes it (mosaicml-streaming 0.13), read back by
+``streaming.StreamingDataset``: the oracle.  Every compression MDSWriter offers, with and without
+``hashes``, ``size_limit`` splitting the samples over several shards, every column encoding.
+
+Where StreamingDataset reads a dataset back fine, datacheck must not call a shard ``corrupt``;
+where a damaged copy makes it fail, datacheck names the shard (and the sample, where the damage
+lies in one value).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _mediakit import (
+    jpeg,
+    mds_index,
+    mds_raw,
+    mds_sample_span,
+    mds_value_span,
+    streaming_module,
+    write_mds,
+)
+
+from ._kit import copy_of, entries, flip, scan, sites, truncate
+
+COMPRESSIONS = [None, "zstd", "zstd:19", "gz", "gz:1", "bz2", "br", "br:5", "snappy"]
+"""Every compression family MDSWriter offers (``streaming.base.compression``), at its default
+level and at another."""
+COLUMNS = {"image": "jpeg", "label": "int", "score": "float32", "vec": "ndarray:float32"}
+N = 24
+LIMIT = 3000
+"""``size_limit``: about 4 samples a shard."""
+
+
+def samples(nan_at: int | None = 7, inf_at: int | None = 13) -> list[dict[str, Any]]:
+    """``N`` samples; a NaN score at ``nan_at`` and an Inf in the vector at ``inf_at``."""
+    out = []
+    for i in range(N):
+        vec = np.linspace(0, 1, 5, dtype=np.float32)
+        if i == inf_at:
+            vec[2] = np.inf
+        score = np.float32(np.nan if i == nan_at else i / 4)
+        out.append({"image": jpeg(i % 4), "label": i, "score": score, "vec": vec})
+    return out
+
+
+def write(folder: Path, compression: str | None, hashes: tuple[str, ...] = (), **kw: Any) -> Path:
+    return write_mds(
+        folder,
+        compression=compression,
+        hashes=hashes,
+        columns=kw.pop("columns", COLUMNS),
+        size_limit=kw.pop("size_limit", LIMIT),
+        samples=kw.pop("samples", None) or samples(**kw),
+    )
+
+
+def streaming_reads(folder: Path, tmp_path: Path) -> list[dict[str, Any]]:
+    """Every sample as StreamingDataset reads it, from a copy (it writes decompressed shards
+    beside the compressed ones)."""
+    streaming_module()
+    from streaming import StreamingDataset
+
+    local = copy_of(folder, tmp_path / f"oracle-{folder.name}")
+    ds = StreamingDataset(local=str(local), batch_size=1, allow_unsafe_types=True)
+    return [ds[i] for i in range(len(ds))]
+
+
+def where(folder: Path, sample: int) -> tuple[str, int]:
+    """(shard file name, row in that shard) of a dataset-wide sample index."""
+    for entry in mds_index(folder)["shards"]:
+        if sample < entry["samples"]:
+            info = entry["zip_data"] or entry["raw_data"]
+            return info["basename"], sample
+        sample -= entry["samples"]
+    raise IndexError(sample)
+
+
+def shard_files(folder: Path) -> list[str]:
+    return [(e["zip_data"] or e["raw_data"])["basename"] for e in mds_index(folder)["shards"]]
+
+
+# --- clean, and planted values --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hashes", [(), ("sha1", "xxh64")])
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_clean_dataset_is_ok(
+    compression: str | None, hashes: tuple[str, ...], tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "mds", compression, hashes, nan_at=None, inf_at=None)
+    assert len(shard_files(folder)) >= 3
+    report = scan(folder)
+    files = entries(report)
+    assert sorted(files) == sorted(shard_files(folder))
+    assert {e["status"] for e in files.values()} == {"ok"}, report.data["files"]
+    assert sum(e["rows"] for e in files.values()) == N
+    assert [Path(p).name for p in report.data["ignored"]] == ["index.json"]
+    assert [s["label"] for s in streaming_reads(folder, tmp_path)] == list(range(N))
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_planted_nan_and_inf_found_at_their_samples(
+    compression: str | None, tmp_path: Path
+) -> None:
+    folder = write(tmp_path / "mds", compression)
+    assert sites(scan(folder)) == {
+        (*where(folder, 7), "score", "nan"),
+        (*where(folder, 13), "vec", "inf"),
+    }
+    read = streaming_reads(folder, tmp_path)
+    assert np.isnan(read[7]["score"]) and np.isinf(read[13]["vec"]).any()
+
+
+# --- damaged copies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hashes", [(), ("sha1",)])
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_truncated_shard_is_corrupt(
+    compression: str | None, hashes: tuple[str, ...], tmp_path: Path
+) -> None:
+    clean = write(tmp_path / "clean", compression, hashes, nan_at=None, inf_at=None)
+    folder = copy_of(clean, tmp_path / "cut")
+    victim = shard_files(folder)[1]
+    truncate(folder / victim, -30)
+    files = entries(scan(folder))
+    assert files[victim]["status"] == "corrupt", files[victim]
+    assert {e["status"] for n, e in files.items() if n != victim} == {"ok"}
+    with pytest.raises(Exception):  # noqa: B017 - whatever streaming's reader raises
+        streaming_reads(folder, tmp_path)
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_flipped_byte_named_by_the_hash(compression: str | None, tmp_path: Path) -> None:
+    """With ``hashes``, any flipped byte of a shard: the listed hash disagrees (computed by
+    streaming's own ``get_hash``), and the shard is corrupt, named by it."""
+    streaming_module()
+    from streaming.base.hashing import get_hash
+
+    folder = write(tmp_path / "mds", compression, ("sha1",), nan_at=None, inf_at=None)
+    victim = shard_files(folder)[2]
+    flip(folder / victim, (folder / victim).stat().st_size // 2)
+    entry = entries(scan(folder))[victim]
+    assert entry["status"] == "corrupt" and "sha1 of the" in entry["error"], entry
+    info = mds_index(folder)["shards"][2]
+    info = info["zip_data"] or info["raw_data"]
+    assert get_hash("sha1", (folder / victim).read_bytes()) != info["hashes"]["sha1"]
+
+
+def test_flipped_offset_is_corrupt_as_streaming_fails(tmp_path: Path) -> None:
+    """No hashes: the top byte of one sample's offset: the table no longer rises."""
+    folder = write(tmp_path / "mds", None, nan_at=None, inf_at=None)
+    victim = shard_files(folder)[1]
+    flip(folder / victim, 4 + 4 * 2 + 3, 0x40)  # offsets[2]'s most significant byte
+    entry = entries(scan(folder))[victim]
+    assert entry["status"] == "corrupt" and "offset table is damaged" in entry["error"], entry
+    with pytest.raises(Exception):  # noqa: B017
+        streaming_reads(folder, tmp_path)
+
+
+def test_flipped_size_header_is_corrupt_at_its_sample(tmp_path: Path) -> None:
+    """No hashes: one sample's size header (its image's byte count) no longer adds up: that
+    sample is corrupt at its row, the shard's other samples are read."""
+    folder = write(tmp_path / "mds", None)
+    name, row = where(folder, 6)
+    raw = bytearray((folder / name).read_bytes())
+    begin, _ = mds_sample_span(bytes(raw), row)
+    raw[begin + 1] ^= 0x01  # the image size, +256
+    (folder / name).write_bytes(bytes(raw))
+    found = sites(scan(folder))
+    assert found == {(name, row, None, "corrupt"), (*where(folder, 7), "score", "nan")} | {
+        (*where(folder, 13), "vec", "inf")
+    }, found
+    with pytest.raises(Exception):  # noqa: B017
+        streaming_reads(folder, tmp_path)
+
+
+def test_flipped_config_block_is_a_warning_only(tmp_path: Path) -> None:
+    """No hashes: a byte of the JSON config block MDSWriter writes between the offset table and
+    the samples.  StreamingDataset never reads that block and reads every sample fine, so the
+    shard is not corrupt: a warning names the block, and the samples are still checked."""
+    folder = write(tmp_path / "mds", None, nan_at=None, inf_at=None)
+    victim = shard_files(folder)[0]
+    n = mds_index(folder)["shards"][0]["samples"]
+    flip(folder / victim, 4 + 4 * (n + 1), 0x01)  # its opening brace
+    report = scan(folder)
+    entry = entries(report)[victim]
+    assert entry["status"] == "flagged" and entry["counts"] == {"corrupt": 1}, entry
+    (value,) = report.findings["value"]
+    assert "config block" in value and "not the JSON MDSWriter writes" in value
+    assert report.findings["severity"].tolist() == ["warning"]
+    assert len(streaming_reads(folder, tmp_path)) == N
+
+
+def test_without_index_the_config_block_names_the_columns(tmp_path: Path) -> None:
+    """A shard whose index.json is gone is still read by the columns its config block names."""
+    folder = write(tmp_path / "mds", "zstd")
+    (folder / "index.json").unlink()
+    report = scan(folder)
+    assert {e["columns"]["vec"] for e in report.data["files"]} == {"ndarray:float32"}
+    assert {(c, k) for _, _, c, k in sites(report)} == {("score", "nan"), ("vec", "inf")}
+
+
+# --- every encoding -------------------------------------------------------------------------
+
+SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+SCALARS += ("float16", "float32", "float64")
+ENCODINGS = {
+    "b": "bytes",
+    "s": "str",
+    "i": "int",
+    **{n: n for n in SCALARS},
+    "si": "str_int",
+    "sf": "str_float",
+    "sd": "str_decimal",
+    "pil": "pil",
+    "fpil": "pil",
+    "jpg": "jpeg",
+    "png": "png",
+    "lpil": "list[pil]",
+    "ljpg": "list[jpeg]",
+    "lpng": "list[png]",
+    "ja": "jpeg_array",
+    "ja2": "jpegarray",
+    "pk": "pkl",
+    "js": "json",
+    "nd": "ndarray",
+    "ndf": "ndarray:float64",
+    "nds": "ndarray:float32:2,3",
+}
+"""Every encoding ``streaming.base.format.mds.encodings`` offers, and each ndarray layout."""
+
+
+def every_encoding(i: int, bad: bool) -> dict[str, Any]:
+    from PIL import Image
+
+    im = Image.new("RGB", (5, 4), (i, 20, 30))
+    pixels = np.ones((3, 2), np.float32)
+    if bad:
+        pixels[1, 1] = np.nan
+    out: dict[str, Any] = {"b": b"\x00\x01", "s": f"héllo {i}", "i": -i}
+    out |= {n: np.dtype(n).type(i) for n in SCALARS}
+    out["float64"] = np.inf if bad else 0.5
+    out |= {"si": 12, "sf": float("nan") if bad else 1.5, "sd": Decimal("2.25")}
+    out |= {"pil": im, "fpil": Image.fromarray(pixels, mode="F"), "jpg": im, "png": im}
+    out |= {"lpil": [im, im], "ljpg": [im], "lpng": [im, im, im]}
+    out |= {"ja": [jpeg(i), jpeg(i + 1)], "ja2": [jpeg(i)], "pk": {"k": [i]}, "js": {"q": i}}
+    nd = np.arange(6, dtype=np.int16).reshape(2, 3)
+    out |= {"nd": nd, "ndf": np.full(4, np.nan if bad else 1.0), "nds": np.ones((2, 3), "f4")}
+    return out
+
+
+def test_every_encoding_read_as_streaming_decodes_it(tmp_path: Path) -> None:
+    folder = write(
+        tmp_path / "mds",
+        "zstd",
+        ("xxh64",),
+        columns=ENCODINGS,
+        samples=[every_encoding(i, bad=i == 2) for i in range(6)],
+        size_limit=None,
+    )
+    report = scan(folder)
+    (entry,) = report.data["files"]
+    assert entry["columns"] == dict(sorted(ENCODINGS.items()))
+    assert sites(report) == {
+        ("shard.00000.mds.zstd", 2, column, check)
+        for column, check in [("fpil", "nan"), ("float64", "inf"), ("sf", "nan"), ("ndf", "nan")]
+    }
+    read = streaming_reads(folder, tmp_path)
+    assert np.isnan(np.asarray(read[2]["fpil"])).any() and len(read[4]["lpng"]) == 3
+
+
+@pytest.mark.parametrize(
+    "column, at, bit",
+    [
+        ("ljpg", 4, 0x01),  # the element count 1 -> 0: sizes no longer add up
+        ("lpng", 8, 0x02),  # the first element's size: sizes no longer add up
+        ("ja", 0, 0x02),  # the image count 2 -> 0: streaming refuses an empty jpeg_array
+        ("ja", "second", 0x01),  # the second JPEG's first byte: no longer a JPEG
+        ("lpil", 20, 0x10),  # the first element's width: more pixels than it holds
+    ],
+)
+def test_flipped_byte_in_a_list_value_found_at_its_sample(
+    column: str, at: int | str, bit: int, tmp_path: Path
+) -> None:
+    """No hashes: damage inside one list value that makes streaming's decoder (or Pillow, on
+    the image it returns) fail: corrupt at the sample's row and column."""
+    from PIL import Image
+
+    folder = write(
+        tmp_path / "mds",
+        None,
+        columns=ENCODINGS,
+        samples=[every_encoding(i, bad=False) for i in range(6)],
+        size_limit=None,
+    )
+    raw = bytearray(mds_raw(folder))
+    entry = mds_index(folder)["shards"][0]
+    start, end = mds_value_span(bytes(raw), entry, 4, column)
+    raw[start + (12 + len(jpeg(4)) if at == "second" else int(at))] ^= bit
+    (folder / "shard.00000.mds").write_bytes(bytes(raw))
+    assert sites(scan(folder)) == {("shard.00000.mds", 4, column, "corrupt")}
+
+    streaming_module()
+    from streaming.base.format.mds.encodings import mds_decode
+
+    try:  # the oracle: streaming's decode, then Pillow on the images it returns
+        value = mds_decode(ENCODINGS[column], bytes(raw[start:end]))
+        for image in value:
+            assert isinstance(image, Image.Image)
+            image.load()
+    except Exception:  # noqa: BLE001 - whatever they raise
+        return
+    # streaming read it without an error, but not what was written: the element count went
+    # 1 -> 0 and its decoder returns an empty list, ignoring the image bytes after the header
+    assert len(value) != len(every_encoding(4, bad=False)[column]), value
+
+
+def test_hand_built_shard_without_a_config_block_still_reads(tmp_path: Path) -> None:
+    """Hostile (by hand: MDSWriter always writes the block): samples right after the offset
+    table, as a writer that leaves the config out would lay them."""
+    folder = write(tmp_path / "mds", None, nan_at=1, inf_at=None)
+    entry = mds_index(folder)["shards"][0]
+    raw = mds_raw(folder)
+    n = entry["samples"]
+    table = 4 + 4 * (n + 1)
+    offsets = np.frombuffer(raw, "<u4", n + 1, 4).astype(np.int64)
+    body = raw[int(offsets[0]) :]
+    shifted = (offsets - offsets[0] + table).astype("<u4").tobytes()
+    (folder / entry["raw_data"]["basename"]).write_bytes(raw[:4] + shifted + body)
+    entry["raw_data"]["bytes"] = table + len(body)
+    index = mds_index(folder)
+    index["shards"][0] = entry
+    (folder / "index.json").write_text(json.dumps(index))
+    assert sites(scan(folder)) == {(*where(folder, 1), "score", "nan")}
