@@ -88,14 +88,15 @@ def _name_reason(name: str) -> str | None:
 
 
 def _dataset_metadata(path: str) -> bool:
-    """A dataset folder's own metadata (HF ``state.json``, MDS ``index.json``), local or on an
-    object store: its data files' reader uses it; it is not data itself."""
+    """A dataset folder's own metadata (HF ``state.json``, MDS and litdata ``index.json``),
+    local or on an object store: its data files' reader uses it; it is not data itself."""
     if not path.endswith(".json"):  # before the imports: this runs for every file listed
         return False
     from datacheck.formats._hf import is_hf_metadata
+    from datacheck.formats._litdata import is_litdata_index
     from datacheck.formats._mds import is_mds_index
 
-    return is_mds_index(path) or is_hf_metadata(path)
+    return is_mds_index(path) or is_hf_metadata(path) or is_litdata_index(path)
 
 
 def _compressed_copies(files: dict[str, str]) -> list[tuple[str, str]]:
@@ -307,6 +308,11 @@ def discover_files(
         del seen[path]  # a Megatron pair is one dataset, read from its .idx
         idx = os.path.basename(path[: -len(".bin")] + ".idx")
         rules.ignore(path, f"the data of the Megatron indexed dataset {idx}, read with it", ignored)
+    for path in list(seen):
+        fmt = _detect(path)
+        if fmt is not None and (why := fmt.unread(path)) is not None:
+            del seen[path]  # read by no reader here: listed with the reason, never passed
+            rules.ignore(path, why, ignored)
     for path, raw in _compressed_copies(seen):
         del seen[path]  # streaming's keep_zip cache: the shard is read from its raw copy
         rules.ignore(

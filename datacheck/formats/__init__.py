@@ -131,6 +131,11 @@ class Format:
         extension: a Hugging Face split's ``data-*.arrow`` is ``hf``, not plain ``arrow``)."""
         return False
 
+    def unread(self, path: str) -> str | None:
+        """Why a file of this format is not read, listed under ``ignored`` with that reason
+        instead (a dataset whose encoding datacheck cannot decode); None: it is read."""
+        return None
+
     def plan(self, path: str, size: int, unit_bytes: int) -> list[dict[str, Any]]:
         """Split a file into units (kwargs for :class:`WorkUnit`); default: the whole file."""
         return [{}]
@@ -225,6 +230,7 @@ _BUILTIN_MODULES = (
     "datacheck.formats._tfrecord",
     "datacheck.formats._mds",
     "datacheck.formats._hf",
+    "datacheck.formats._litdata",
 )
 _loaded = False
 _EXTENSIONS: dict[str, Format] = {}

@@ -12,7 +12,8 @@ checksum) lands in one column value.  Every value that streaming would fail to d
 * ``list[pil]``/``list[jpeg]``/``list[png]`` (``uint32`` placeholder, count, sizes, elements)
   and ``jpeg_array`` (count, sizes, JPEGs; streaming refuses an empty one) whose sizes do not
   add up to the value, or with an element that fails its own encoding's check;
-* ``pkl`` whose opcodes do not parse (:func:`pickletools.dis`: read, never executed).
+* ``pkl`` whose opcodes do not parse (:func:`pickletools.dis`: read, never executed); a
+  pickled NumPy float scalar is read from its opcodes and checked for NaN/Inf.
 
 Float values (scalars, ``str_float``, ``str_decimal``, float ndarrays, the pixels of a ``pil``
 image of mode ``F``) are checked for NaN/Inf.
@@ -113,7 +114,41 @@ def _pickle(data: bytes) -> np.ndarray:
                 pass
     except Exception as exc:  # noqa: BLE001 - whatever the parser meets in damaged bytes
         raise _Bad(f"not a pickle ({str(exc)[:60] or type(exc).__name__})") from None
-    return _NONE
+    return _numpy_float(data) if len(data) <= _SCALAR_PICKLE else _NONE
+
+
+_SCALAR_PICKLE = 512
+"""A pickled NumPy scalar takes ~110 bytes (protocol 4) to ~160 (protocol 2)."""
+_SCALAR_MODULES = ("numpy._core.multiarray", "numpy.core.multiarray")
+_FLOAT_CODES = ("f2", "f4", "f8", "c8", "c16")
+
+
+def _numpy_float(data: bytes) -> np.ndarray:
+    """The value of a pickled NumPy float scalar (``np.float32(nan)``), read from its opcodes
+    as :mod:`pickletools` lists them, never unpickled; empty for any other pickle.  Its
+    arguments come in order: the ``scalar`` reconstructor, ``dtype``, the dtype code, the
+    byte order, then the value's bytes (protocol 2: latin-1 text through ``_codecs.encode``)."""
+    texts: list[str] = []
+    raw: bytes | None = None
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL" and isinstance(arg, str):
+            texts.extend(arg.split(" ", 1))
+        elif isinstance(arg, str):
+            texts.append(arg)
+        elif isinstance(arg, bytes) and raw is None:
+            raw = arg
+    if not texts or texts[0] not in _SCALAR_MODULES or texts[1:4] != ["scalar", "numpy", "dtype"]:
+        return _NONE
+    code, order = texts[4:6] if len(texts) >= 6 else ("", "")
+    if raw is None and "latin1" in texts[6:]:  # protocol 2: the bytes as latin-1 text
+        raw = texts[texts.index("latin1") - 1].encode("latin-1")
+    if code not in _FLOAT_CODES or order not in ("<", ">", "|") or raw is None:
+        return _NONE
+    dtype = np.dtype(code).newbyteorder(">" if order == ">" else "<")
+    if len(raw) != dtype.itemsize:
+        return _NONE
+    values = np.frombuffer(raw, dtype)
+    return values.view(values.real.dtype) if dtype.kind == "c" else values
 
 
 def _scalar(dtype: str) -> Callable[[bytes], np.ndarray]:

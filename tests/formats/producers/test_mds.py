@@ -229,6 +229,7 @@ ENCODINGS = {
     "ja": "jpeg_array",
     "ja2": "jpegarray",
     "pk": "pkl",
+    "pkf": "pkl",
     "js": "json",
     "nd": "ndarray",
     "ndf": "ndarray:float64",
@@ -251,6 +252,7 @@ def every_encoding(i: int, bad: bool) -> dict[str, Any]:
     out |= {"pil": im, "fpil": Image.fromarray(pixels, mode="F"), "jpg": im, "png": im}
     out |= {"lpil": [im, im], "ljpg": [im], "lpng": [im, im, im]}
     out |= {"ja": [jpeg(i), jpeg(i + 1)], "ja2": [jpeg(i)], "pk": {"k": [i]}, "js": {"q": i}}
+    out["pkf"] = np.float32(np.nan if bad else 1)  # read from the pickle's opcodes
     nd = np.arange(6, dtype=np.int16).reshape(2, 3)
     out |= {"nd": nd, "ndf": np.full(4, np.nan if bad else 1.0), "nds": np.ones((2, 3), "f4")}
     return out
@@ -270,7 +272,13 @@ def test_every_encoding_read_as_streaming_decodes_it(tmp_path: Path) -> None:
     assert entry["columns"] == dict(sorted(ENCODINGS.items()))
     assert sites(report) == {
         ("shard.00000.mds.zstd", 2, column, check)
-        for column, check in [("fpil", "nan"), ("float64", "inf"), ("sf", "nan"), ("ndf", "nan")]
+        for column, check in [
+            ("fpil", "nan"),
+            ("float64", "inf"),
+            ("sf", "nan"),
+            ("ndf", "nan"),
+            ("pkf", "nan"),
+        ]
     }
     read = streaming_reads(folder, tmp_path)
     assert np.isnan(np.asarray(read[2]["fpil"])).any() and len(read[4]["lpng"]) == 3
