@@ -9,7 +9,10 @@ structs, found in the features the file's own schema metadata stores, else in
 ``dataset_info.json``) are decoded: an image or clip that does not decode, or whose ``path``
 does not exist, is ``corrupt`` at its row (column: the feature).  Folders on object stores
 (``s3://``, ``gs://``, ... through fsspec) are recognised and read the same way: their JSON
-files are fetched once per folder, the Arrow streams read through the storage.
+files are fetched once per folder, the Arrow streams read through the storage.  Parquet files
+``datasets`` wrote (``Dataset.to_parquet``, the ``push_to_hub`` layout ``data/train-00000-of-
+00002.parquet``) carry the same features in their schema metadata: the Parquet reader decodes
+their media columns the same way (:func:`media_chunks`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from datacheck.formats._audio import check_audio
 from datacheck.formats._image import DecodeError, Problem, check_image, read_bytes
 from datacheck.schema._media import ImageRules, media_rules
 
-__all__ = ["HfArrowFormat", "hf_features"]
+__all__ = ["HfArrowFormat", "hf_features", "media_chunks"]
 
 MAX_META_BYTES = 16 << 20
 _MEDIA = ("Image", "Audio")
@@ -79,16 +82,18 @@ def is_hf_metadata(path: str) -> bool:
     return name in ("state.json", "dataset_info.json") and bool(_data_files(folder))
 
 
-def hf_features(schema: pa.Schema, folder: str) -> dict[str, str]:
-    """Top-level ``Image``/``Audio`` feature columns: name -> feature type."""
+def hf_features(schema: pa.Schema, folder: str | None) -> dict[str, str]:
+    """Top-level ``Image``/``Audio`` feature columns: name -> feature type, from the features
+    the file's schema metadata stores (``datasets`` writes them into every Arrow and Parquet
+    file), else from the ``dataset_info.json`` in ``folder`` (None: the metadata only)."""
     features: Any = None
     meta = (schema.metadata or {}).get(b"huggingface")
     if meta:
         try:
             features = json.loads(meta).get("info", {}).get("features")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             features = None
-    if not isinstance(features, dict):
+    if not isinstance(features, dict) and folder is not None:
         info = _json(_join(folder, "dataset_info.json"))
         features = info.get("features") if isinstance(info, dict) else None
     if not isinstance(features, dict):
@@ -141,6 +146,24 @@ def _media_findings(
                 continue
             out += [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
     return out
+
+
+def media_chunks(
+    chunks: Iterator[Chunk], path: str, media: dict[str, str], rules: ImageRules
+) -> Iterator[Chunk]:
+    """Chunks of a file whose ``media`` columns are decoded (findings at their rows) and then
+    left out of the batch, as in a ``save_to_disk`` split (a Parquet file ``datasets`` wrote)."""
+    for chunk in chunks:
+        table = chunk.batch
+        if table is None:
+            yield chunk
+            continue
+        batches = [table] if isinstance(table, pa.RecordBatch) else table.to_batches()
+        found, offset = list(chunk.findings), chunk.row_offset
+        for batch in batches:
+            found += _media_findings(path, batch, offset, media, rules)
+            offset += batch.num_rows
+        yield Chunk(chunk.row_offset, table.drop_columns(list(media)), findings=found)
 
 
 def _chunks(

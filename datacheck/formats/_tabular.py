@@ -111,7 +111,15 @@ class ParquetFormat(Format):
                     del table  # never hold two row groups at once
                     offset += n
 
-        return Opened(_type_names(schema), chunks(), expected_rows=expected, arrow_schema=schema)
+        names, stream = _type_names(schema), chunks()
+        if b"huggingface" in (schema.metadata or {}):  # written by datasets: its features
+            from datacheck.formats._hf import hf_features, media_chunks
+            from datacheck.schema._media import media_rules
+
+            if media := hf_features(schema, None):
+                names |= media
+                stream = media_chunks(stream, unit.path, media, media_rules(options).images)
+        return Opened(names, stream, expected_rows=expected, arrow_schema=schema)
 
     @staticmethod
     def _dictionary_columns(
