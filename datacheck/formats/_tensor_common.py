@@ -46,9 +46,14 @@ class TensorFileError(ValueError):
     """A tensor file that is damaged, lies about its sizes, or is unsafe to load."""
 
 
+class Refused(TensorFileError):
+    """Content datacheck will not load, however well formed: a pickle, or a piece past the
+    unit's memory budget.  Inside a container it fails the whole file, not one sample."""
+
+
 def pickle_error(what: str) -> TensorFileError:
     """The error for content that only a pickle could load."""
-    return TensorFileError(f"{what} {PICKLE_MSG}")
+    return Refused(f"{what} {PICKLE_MSG}")
 
 
 @dataclass

@@ -1,20 +1,26 @@
 """WebDataset-style ``.tar`` shards: members grouped into samples by key, checked in place.
 
-A member ``dir/000123.input.npy`` belongs to sample ``dir/000123`` (consecutive members with the
-same key form one sample) under the key ``input.npy`` (the manifest ``column``); the manifest
-``row`` is the sample's ordinal in the shard.  Decoded members: ``.npy`` (memory-mapped in an
-uncompressed shard), ``.pt``/``.pth`` (``weights_only``), ``.json`` (numbers, lists of numbers,
-and the numeric fields of an object as ``<ext>.<field>``) and numeric text (``.cls``,
-``.label``, ``.index``, ...).  Image members (``.jpg``, ``.png``, ...) are fully decoded and
-audio members (``.wav``, ``.flac``, ...) decoded, under the schema's ``images:`` rules: one that
-does not decode is a ``corrupt`` finding at the sample's row (column: the member key), and the
-rest of the shard is still checked.  Other members (captions) are listed and checked for
-readability only; ``.pyd``/``.pickle`` members are never unpickled (the shard is corrupt).
+Written against the shards ``webdataset.TarWriter``/``ShardWriter`` write (webdataset 1.0.2;
+``webdataset.WebDataset`` with its default decoders is the oracle in the tests).  A member
+``dir/000123.input.npy`` belongs to sample ``dir/000123`` (consecutive members with the same key
+form one sample) under the key ``input.npy`` (the manifest ``column``); the manifest ``row`` is
+the sample's ordinal in the shard.  Decoded members: ``.npy`` (memory-mapped in an uncompressed
+shard), ``.pt``/``.pth`` (``weights_only``), ``.json``/``.jsn`` (numbers, lists of numbers, and
+the numeric fields of an object as ``<ext>.<field>``), the integers webdataset decodes (``.cls``,
+``.cls2``, ``.index``, ``.inx``, ``.id``), other numeric text (``.label``, ``.target``, ...),
+text (``.txt``, ``.text``, ``.transcript``: UTF-8).  Image members (``.jpg``, ``.png``, ...) are
+fully decoded and audio members (``.wav``, ``.flac``, ...) decoded, under the schema's
+``images:`` rules.  A member that does not decode as its extension says is a ``corrupt`` finding
+at the sample's row (column: the member key), and the rest of the shard is still checked.
+Other members (captions) are listed and checked for readability only; ``.pyd``/``.pickle``
+members are never unpickled, and like a member past the memory budget they fail the shard.
 
 Nothing is extracted to disk and member names are never used as paths; links are not followed.
-A member whose header claims bytes past the end of the file stops the read (``corrupt``); a
-member that cannot be decoded is recorded and the rest of the shard is still checked, then the
-shard is reported ``corrupt`` with the first such member.
+A member whose header claims bytes past the end of the file stops the read (``corrupt``).  A
+header that fails its checksum (a damaged byte) is skipped as tar readers that resynchronise
+skip it, a block at a time to the next valid header: the shard is ``corrupt`` with the offset
+and the samples around it named, and every member before and after it is still checked (the
+member whose header it was is lost: webdataset's own reader stops there without an error).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import io
 import json
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -38,6 +45,7 @@ from datacheck.formats._tensor_common import (
     MAX_NPY_HEADER,
     MAX_TEXT_BYTES,
     MappedFile,
+    Refused,
     SampleBatcher,
     SampleChunk,
     TensorFileError,
@@ -48,10 +56,14 @@ from datacheck.formats._tensor_common import (
 )
 from datacheck.schema._media import MediaSchema, media_rules
 
-NUMERIC_TEXT = frozenset(
-    {"cls", "cls2", "index", "idx", "id", "label", "labels", "target", "value", "score"}
-)
-"""Text member extensions parsed as numbers (whitespace/comma separated)."""
+INTEGERS = frozenset({"cls", "cls2", "index", "inx", "id"})
+"""Members webdataset's default decoders read with ``int(data)``: one that is not an integer
+fails there."""
+NUMERIC_TEXT = frozenset({"idx", "label", "labels", "target", "value", "score"})
+"""Other text member extensions parsed as numbers (whitespace/comma separated) where they are
+numbers (a label may be a word)."""
+TEXT = frozenset({"txt", "text", "transcript"})
+"""Members webdataset decodes as UTF-8."""
 PICKLE_EXTS = frozenset({"pyd", "pickle", "pkl"})
 _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ")
 _RELEASE_EVERY = 64 << 20
@@ -75,6 +87,17 @@ def _as_numeric(value: Any) -> np.ndarray | None:
     if arr.dtype.kind not in "iuf":
         return None
     return arr[0] if single else arr
+
+
+def _integer(data: bytes) -> np.ndarray:
+    """What webdataset's ``int(data)`` reads (surrounding whitespace allowed)."""
+    try:
+        return np.asarray([int(data)], dtype=np.int64)
+    except (ValueError, OverflowError):
+        text = bytes(data[:40]).decode("utf-8", "replace")
+        raise TensorFileError(
+            f"{text!r} is not an integer (webdataset reads it with int())"
+        ) from None
 
 
 def _numeric_text(data: bytes) -> np.ndarray | None:
@@ -115,61 +138,122 @@ class _Shard:
         """Findings of decoded media members (absolute rows), handed out with the next chunk."""
         self.ordinal = -1
         self.released = 0
+        self.next_header = 0
+        """Where the header after the last member read starts (its data rounded to blocks)."""
+        self.last: tuple[int, str | None] = (-1, None)
+        """The last sample read: (ordinal, key)."""
 
     def chunks(self) -> Iterator[Chunk]:
+        """The samples' chunks, then the shard's own failure (if any): every finding made
+        before it is handed out first."""
         try:
             for chunk in self._chunks():
                 chunk.findings, self.found = self.found, []
                 yield chunk
             if self.found:
                 yield SampleChunk(row_offset=self.ordinal + 1, tensors={}, findings=self.found)
+            if self.problems:
+                more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+                raise TensorFileError(f"{self.problems[0]}{more}")
         finally:
             self.tf.close()
 
     def _chunks(self) -> Iterator[Chunk]:
         batcher = SampleBatcher()
         ordinal, key, sample = -1, None, {}
-        while (m := self.tf.next()) is not None:
-            self.tf.members.clear()  # keep memory flat over shards with many members
+        while (m := self._next()) is not None:
             parts = split_member(m.name) if m.isfile() else None
             if parts is None:
                 continue
-            self._check_bounds(m)
+            if (past := self._past_the_end(m)) is not None:
+                self.problems.append(past)  # the read stops here; what came before is kept
+                break
             if parts[0] != key:
                 if key is not None:
                     yield from batcher.add(ordinal, sample)
                     self._release(m.offset)
                 ordinal, key, sample = ordinal + 1, parts[0], {}
+            self.ordinal, self.last = ordinal, (ordinal, key)
             try:
-                self.ordinal = ordinal
                 sample.update(self._decode(m, parts[1]))
-            except Exception as exc:  # noqa: BLE001 - one bad member; the rest is still checked
+            except Refused as exc:  # safety, not damage: the shard is not read as clean
                 self.problems.append(f"sample {ordinal} ({key!r}), member {m.name!r}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - one bad member; the rest is still checked
+                msg = f"member {m.name!r}: {exc}"[:300]
+                self.found.append(
+                    Finding(self.path, "corrupt", Severity.ERROR, msg, parts[1], ordinal)
+                )
         if key is not None:
             yield from batcher.add(ordinal, sample)
         yield from batcher.finish(ordinal + 1)
         self._check_end()
-        if self.problems:
-            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise TensorFileError(f"{self.problems[0]}{more}")
+
+    def _next(self) -> tarfile.TarInfo | None:
+        """The next member; a gap before it is a header that failed its checksum, skipped
+        (``ignore_zeros``: tarfile then resynchronises a block at a time)."""
+        try:
+            m = self.tf.next()
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:  # a stream cut or damaged
+            self.problems.append(f"the tar stream breaks after byte {self.next_header}: {exc}")
+            return None
+        self.tf.members.clear()  # keep memory flat over shards with many members
+        if m is not None:
+            if m.offset != self.next_header:
+                self._skipped(m)
+            self.next_header = m.offset_data + -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        return m
+
+    def _skipped(self, m: tarfile.TarInfo) -> None:
+        ordinal, key = self.last
+        before = (
+            f"after sample {ordinal} ({key!r})" if key is not None else "before the first sample"
+        )
+        self.problems.append(
+            f"the tar header at byte {self.next_header} fails its checksum (a damaged byte): "
+            f"{m.offset - self.next_header} bytes skipped {before} to the next valid header, "
+            f"{m.name!r} at byte {m.offset}; the member there is lost, the rest is read"
+        )
 
     def _check_end(self) -> None:
-        """tarfile ends quietly at a header cut short: the end-of-archive block must be there."""
-        if self.mf is None:
+        """tarfile ends quietly at a header cut short or damaged: the end-of-archive block must
+        follow the last member."""
+        if self.mf is None or self.problems:
             return  # compressed: the decompressor reports a stream cut short
-        end = self.tf.offset
-        if end + tarfile.BLOCKSIZE > self.mf.size or any(self.mf.bytes(end, tarfile.BLOCKSIZE)):
-            raise TensorFileError(
+        end = self.next_header
+        rest = (
+            self.mf.bytes(end, min(self.mf.size - end, tarfile.BLOCKSIZE))
+            if end < self.mf.size
+            else b""
+        )
+        if rest and len(rest) < tarfile.BLOCKSIZE and not any(rest):  # the marker cut short
+            self.found.append(
+                Finding(
+                    self.path,
+                    "corrupt",
+                    Severity.WARNING,
+                    f"the end-of-archive marker at byte "
+                    f"{end} is cut short ({len(rest)} of 1024 bytes): every member before it "
+                    "was read",
+                )
+            )
+        elif len(rest) < tarfile.BLOCKSIZE:
+            self.problems.append(
                 f"truncated: the shard ends at byte {self.mf.size} inside a member header "
                 f"(offset {end}), without the end-of-archive block; samples after it are lost"
             )
+        elif any(rest):
+            self.problems.append(
+                f"the tar header at byte {end} fails its checksum (a damaged byte), and no valid "
+                "header follows it: the members from there to the end are lost"
+            )
 
-    def _check_bounds(self, m: tarfile.TarInfo) -> None:
+    def _past_the_end(self, m: tarfile.TarInfo) -> str | None:
         if self.mf is not None and m.offset_data + m.size > self.mf.size:
-            raise TensorFileError(
+            return (
                 f"member {m.name!r} claims {m.size} bytes at offset {m.offset_data}, past the end "
                 f"of the {self.mf.size}-byte file: truncated, or a lying header"
             )
+        return None
 
     def _release(self, offset: int) -> None:
         if self.mf is not None and offset - self.released >= _RELEASE_EVERY:
@@ -191,10 +275,16 @@ class _Shard:
 
             obj = load_pt(self._bytes(m, MAX_MEMBER_BYTES))
             return sample_arrays(obj, self.columns, ext, self.budget)
-        if last == "json":
+        if last in ("json", "jsn"):
             return self._json(ext, self._bytes(m, MAX_TEXT_BYTES))
+        if last in INTEGERS:
+            return self._found(ext, _integer(self._bytes(m, MAX_TEXT_BYTES)))
         if last in NUMERIC_TEXT:
             return self._found(ext, _numeric_text(self._bytes(m, MAX_TEXT_BYTES)), "text")
+        if last in TEXT:
+            self.columns.setdefault(ext, "text")
+            _utf8(self._bytes(m, MAX_TEXT_BYTES))
+            return {}
         if f".{last}" in IMAGE_EXTS or f".{last}" in AUDIO_EXTS:
             self._media(m, ext, f".{last}" in IMAGE_EXTS)
             return {}
@@ -225,7 +315,7 @@ class _Shard:
     def _fits(self, m: tarfile.TarInfo) -> None:
         """Refuse a member whose declared size is past the unit's budget, before reading it."""
         if m.size > self.budget:
-            raise TensorFileError(
+            raise Refused(
                 f"{m.size} bytes declared, over the {mib(self.budget)} a unit may decode at "
                 "once (raise --unit-memory-mb to read it)"
             )
@@ -299,6 +389,13 @@ class _Shard:
         return out
 
 
+def _utf8(data: bytes | bytearray) -> None:
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TensorFileError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 class TarFormat(Format):
     name = "tar"
     work_per_byte = 5.0  # members decoded: images, arrays
@@ -308,7 +405,9 @@ class TarFormat(Format):
     def open(self, unit: WorkUnit, options: Mapping[str, Any]) -> Opened:
         with open(unit.path, "rb") as fh:
             compressed = fh.read(6).startswith(_COMPRESSED)
-        tf = tarfile.open(unit.path, "r:*")  # noqa: SIM115 - closed when its chunks end
+        # ignore_zeros: past a damaged header tarfile looks for the next valid one, block by
+        # block, instead of ending the archive there quietly
+        tf = tarfile.open(unit.path, "r:*", ignore_zeros=True)  # noqa: SIM115 - closed with its chunks
         mf = None if compressed else MappedFile(unit.path)
         columns: dict[str, str] = {}
         budget = memory_budget(options)

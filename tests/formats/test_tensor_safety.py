@@ -210,8 +210,10 @@ def test_tar_member_claiming_bytes_past_the_end_is_corrupt(tmp_path: Path) -> No
 
 def test_tar_member_npy_header_lying_about_shape(tmp_path: Path) -> None:
     path = write_tar(tmp_path / "s.tar", [("k0.npy", _npy_header((10**9,)) + b"\0" * 16)])
-    entry = scan_one(path)
-    assert entry["status"] == "corrupt" and "header says shape (1000000000,)" in entry["error"]
+    report = datacheck.scan(str(path), executor="inprocess", workers=1)
+    (finding,) = report.findings.itertuples()  # corrupt at its sample, not allocated
+    assert (finding.row, finding.column, finding.check) == (0, "npy", "corrupt")
+    assert "header says shape (1000000000,)" in finding.value
 
 
 def test_tar_member_names_are_never_paths(tmp_path: Path) -> None:
