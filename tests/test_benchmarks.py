@@ -188,3 +188,20 @@ def test_ddp_loader_benchmark_smoke_run_writes_results(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "results" / "loader-ddp-cpu.json").read_text())
     assert doc["results"]["ranks"] == 2 and doc["results"]["ratio"] > 0
     assert len(doc["results"]["guarded_ms_all"]) == 1
+
+
+@pytest.mark.slow
+def test_producers_benchmark_smoke_run(tmp_path: Path) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_producers.py"), "--samples", "300", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "results" / "producers.json").read_text())
+    assert set(doc["results"]) == {"mds", "litdata", "wds"}
+    assert all(fam["scan"]["samples"] == 300 for fam in doc["results"].values())

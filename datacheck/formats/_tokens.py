@@ -6,7 +6,10 @@ sequence and document counts) then ``int32`` sequence lengths, ``int64`` byte po
 bytes that exist before an array is mapped; pointers that do not follow the lengths, document
 indices out of order, or a ``.bin`` whose size is not what the index says -> ``corrupt``.  One
 row per sequence: an id outside ``[0, vocab_size)`` -> ``out_of_range`` at the sequence (value:
-its first bad id, count: how many), an empty sequence -> ``empty`` (a warning by default).
+its first bad id, count: how many), an empty sequence -> ``empty`` (a warning by default); in a
+float dataset (``IndexedDatasetBuilder(dtype=np.float32)``) NaN/Inf -> ``nan``/``inf`` at the
+sequence.  Written against megatron-core 0.16's ``IndexedDatasetBuilder``; its
+``IndexedDataset`` is the oracle in the tests.
 
 Flat files (nanoGPT's ``train.bin``): raw ids without a header, so the schema says the dtype
 (``tokens: {dtype: uint16, vocab_size: 50304}``); one row per token (the row is the token
@@ -69,6 +72,16 @@ def _bad_ids(block: np.ndarray, vocab: int | None) -> np.ndarray | None:
     if signed:
         bad |= block < 0
     return np.flatnonzero(bad)
+
+
+def _non_finite(block: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """("nan" / "inf", positions) in a block of a float dataset (IndexedDatasetBuilder writes
+    float32/float64 too); nothing for ids, and one ``isfinite`` pass when all are finite."""
+    if block.dtype.kind != "f" or not block.size or np.isfinite(block).all():
+        return
+    for check, bad in (("nan", np.isnan(block)), ("inf", np.isinf(block))):
+        if (pos := np.flatnonzero(bad)).size:
+            yield check, pos
 
 
 def _by_sequence(pos: np.ndarray, values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -168,6 +181,11 @@ def _megatron_chunks(idx: _Index, mf: MappedFile, rules: TokenRules) -> Iterator
             rows, counts, values = _by_sequence(bad + lo, block[bad], idx.starts)
             h = _hits(rows - done, counts, values, "out_of_range", Severity.ERROR)
             chunk.hits.append((TOKEN_KEY, h))
+        for check, pos in _non_finite(block):
+            rows, counts, values = _by_sequence(pos + lo, block[pos], idx.starts)
+            chunk.hits.append(
+                (TOKEN_KEY, _hits(rows - done, counts, values, check, Severity.ERROR))
+            )
         done = upto
         yield chunk
     if done < n_seq:  # trailing empty sequences (or no tokens at all)
