@@ -204,6 +204,19 @@ class _Shard:
         return m
 
     def _skipped(self, m: tarfile.TarInfo) -> None:
+        gap = m.offset - self.next_header
+        if self.mf is not None and gap > 0 and not any(self.mf.bytes(self.next_header, gap)):
+            self.found.append(  # not damage: archives concatenated (`cat a.tar b.tar`)
+                Finding(
+                    self.path,
+                    "corrupt",
+                    Severity.WARNING,
+                    f"a second archive after the "
+                    f"end-of-archive marker at byte {self.next_header}, read too (webdataset "
+                    "and tar stop at the marker)",
+                )
+            )
+            return
         ordinal, key = self.last
         before = (
             f"after sample {ordinal} ({key!r})" if key is not None else "before the first sample"

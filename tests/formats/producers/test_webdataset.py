@@ -167,3 +167,19 @@ def test_flipped_header_of_the_last_member(tmp_path: Path) -> None:
     flip(shard, at + 2, 0x01)
     (entry,) = scan(shard).data["files"]
     assert entry["status"] == "corrupt" and f"byte {at}" in entry["error"], entry
+
+
+def test_concatenated_archives_are_read_whole(tmp_path: Path) -> None:
+    """``cat a.tar b.tar``: the second archive follows the first one's end-of-archive marker.
+    webdataset stops at the marker; datacheck reads both and says so (a warning), it is not
+    damage."""
+    a = write_shard(tmp_path / "a.tar", [sample(i) for i in range(6)])
+    b = write_shard(tmp_path / "b.tar", [sample(i) for i in range(6, N)])
+    both = tmp_path / "ab.tar"
+    both.write_bytes(a.read_bytes() + b.read_bytes())
+    report = scan(both)
+    (entry,) = report.data["files"]
+    assert entry["status"] == "flagged" and entry["rows"] == N, entry
+    found = {(r, c, k) for _, r, c, k in sites(report)}
+    assert found == PLANTED | {(None, None, "corrupt")}
+    assert len(wds_reads([both])) == 6
