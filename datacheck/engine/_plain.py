@@ -1,8 +1,9 @@
 """Arrow columns in the shapes the checks read: every float value reachable, by type.
 
 Arrow can store the same values in several encodings; the checks read plain arrays, lists and
-structs.  :func:`plain` turns dictionary, run-end-encoded, list-view and map columns (also
-nested) into those, so a NaN in a dictionary's values or in a map's values is found at its row
+structs.  :func:`plain` turns dictionary, run-end-encoded, list-view, map and extension columns
+(Arrow's ``fixed_shape_tensor``; ``datasets``' ``Array2D``..``Array5D`` once ``datasets`` is
+imported: their storage) (also nested) into those, so a NaN in a dictionary's values or in a map's values is found at its row
 like any other.  :func:`readable` tells the column types that pyarrow cannot even hand to
 Python (month and day-time intervals): such columns hold no numbers and are skipped by type,
 before any array of them is built, as are columns nested deeper than :data:`MAX_DEPTH`.
@@ -21,6 +22,8 @@ _UNWRAPPABLE = frozenset({21, 22})
 
 
 def _children(t: pa.DataType) -> list[pa.DataType]:
+    if isinstance(t, pa.BaseExtensionType):
+        return [t.storage_type]
     if pa.types.is_dictionary(t):
         return [t.index_type, t.value_type]
     if pa.types.is_run_end_encoded(t):
@@ -58,7 +61,8 @@ def readable_columns(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Ta
 
 def _is_encoding(t: pa.DataType) -> bool:
     return (
-        pa.types.is_dictionary(t)
+        isinstance(t, pa.BaseExtensionType)
+        or pa.types.is_dictionary(t)
         or pa.types.is_run_end_encoded(t)
         or pa.types.is_list_view(t)
         or pa.types.is_large_list_view(t)
@@ -90,6 +94,8 @@ def plain(arr: pa.Array) -> pa.Array:
     t = arr.type
     if not _encoded(t):
         return arr
+    if isinstance(t, pa.BaseExtensionType):  # Arrow's fixed_shape_tensor, datasets' Array2D, ...
+        return plain(arr.storage)
     if pa.types.is_dictionary(t):
         return plain(arr.dictionary_decode())
     if pa.types.is_run_end_encoded(t):
