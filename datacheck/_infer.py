@@ -26,12 +26,21 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from datacheck._escape import printable
-from datacheck.checks._rules import ZSCORE_MAX, Normalized, Reference
+from datacheck._infer_checks import (
+    _is_float,
+    _looks_normalized,
+    _normalized_lines,
+    _num,
+    _range_lines,
+    _reference_lines,
+    _shard_drift,
+)
+from datacheck.checks._rules import ZSCORE_MAX
 from datacheck.errors import InputError, UsageError
+from datacheck.profile._damage import column_damage
 
 __all__ = ["InferConfig", "InferResult", "infer"]
 
@@ -60,6 +69,10 @@ class InferConfig:
     """Parallel workers for the profiling pass (default: one per core)."""
     executor: str = "auto"
     """Executor of the profiling pass (as for ``scan``)."""
+    allow_dirty: bool = False
+    """Learn from reference data that holds damage (NaN, Inf, all-null columns, values beyond
+    float16, a shard unlike the others): written, with what was seen.  Without it such a
+    schema is not written (``InferResult.damage`` says why; the CLI exits 1)."""
 
     def __post_init__(self) -> None:
         if not (0 <= self.margin < math.inf):
@@ -82,36 +95,11 @@ class InferResult:
     columns: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Column -> merged statistics (``profile.json``'s ``columns``) plus ``dtype``."""
     notes: list[str] = field(default_factory=list)
-
-
-def _num(x: float, sig: int = 6) -> str:
-    """A float as YAML 1.1 reads it back as a float (PyYAML needs ``1.0e-07``, not ``1e-07``)."""
-    text = repr(float(f"{x:.{sig}g}"))
-    if "e" in text and "." not in text.split("e")[0]:
-        text = text.replace("e", ".0e")
-    return text
-
-
-def _bound(x: float, integer: bool) -> str:
-    return str(int(x)) if integer and abs(x) < 2**53 else _num(x, 12)
-
-
-def _quantum(scale: float, digits: int = 5) -> float:
-    return 10.0 ** (math.floor(math.log10(scale)) - digits) if scale > 0 else 1e-12
-
-
-def _range(stats: dict[str, Any], margin: float, integer: bool) -> tuple[float, float]:
-    """The observed range widened by ``margin`` of its span, rounded outward."""
-    lo, hi = float(stats["min"]), float(stats["max"])
-    span = hi - lo
-    pad = margin * (span if span > 0 else max(abs(hi), 1.0))
-    lower, upper = lo - pad, hi + pad
-    if lo >= 0 > lower:
-        lower = 0.0
-    if integer:
-        return float(math.floor(lower)), float(math.ceil(upper))
-    q = _quantum(max(abs(lower), abs(upper), span))
-    return math.floor(lower / q) * q, math.ceil(upper / q) * q
+    damage: list[str] = field(default_factory=list)
+    """What the reference data holds that no schema should learn from, one line per column
+    (``"x0: 3 NaN; values up to 1.5e+06, beyond float16's 65504"``)."""
+    written: bool = False
+    """Whether the schema was written to ``out`` (not when damaged, unless ``allow_dirty``)."""
 
 
 def _key(name: str) -> str:
@@ -129,23 +117,16 @@ def _dtype(arrow: str, nullable: bool) -> str | None:
     return dtype
 
 
-def _is_float(arrow: str) -> bool:
-    return arrow in ("double", "float", "halffloat") or (
-        "list" in arrow and any(t in arrow for t in ("double", "float"))
-    )
-
-
-def _looks_normalized(stats: dict[str, Any]) -> bool:
-    from datacheck.profile._drift import normalization_problem
-
-    if stats.get("mean") is None or not stats.get("finite"):
-        return False
-    return normalization_problem(Normalized(), stats["mean"], stats["std"]) is None
-
-
 def _normalized_columns(
-    config: InferConfig, dtypes: dict[str, str], stats: dict[str, dict[str, Any]]
+    config: InferConfig,
+    dtypes: dict[str, str],
+    stats: dict[str, dict[str, Any]],
+    notes: list[str] | None = None,
 ) -> set[str]:
+    """The columns to mark ``normalized``: those named, or (``auto``) the scalar float columns
+    that look standardised when most do; one that does not (a target, a raw feature) is left
+    unmarked with a note: a check the reference data itself fails is none a careful person
+    would write."""
     if config.normalized == "none":
         return set()
     if config.normalized != "auto":
@@ -159,9 +140,17 @@ def _normalized_columns(
         return set(wanted)
     floats = [c for c, t in dtypes.items() if t in ("double", "float", "halffloat")]
     looks = [c for c in floats if _looks_normalized(stats.get(c, {}))]
-    if len(floats) >= 2 and len(looks) * 2 > len(floats):
-        return set(floats)
-    return set()
+    if len(floats) < 2 or len(looks) * 2 <= len(floats):
+        return set()
+    for c in floats:
+        if c not in looks and notes is not None and stats.get(c, {}).get("mean") is not None:
+            s = stats[c]
+            notes.append(
+                f"column {c!r} is not standardised (mean {s['mean']:.4g}, std {s['std']:.4g}) "
+                "while most float columns are: not marked normalized (a target, or a feature "
+                f"someone forgot to scale?); --normalized {','.join([*looks, c])} requires it"
+            )
+    return set(looks)
 
 
 def _stats_comment(arrow: str, s: dict[str, Any]) -> list[str]:
@@ -176,111 +165,6 @@ def _stats_comment(arrow: str, s: dict[str, Any]) -> list[str]:
         parts.append(f"std {_num(s['std'], 4)}")
         lines.append("# " + "  ".join(parts))
     return lines
-
-
-def _reference_moments(s: dict[str, Any]) -> tuple[float, float]:
-    """The reference mean and std exactly as the schema file writes them (rounded)."""
-    std = float(s["std"])
-    mean_q = _quantum(std, 4) if std > 0 else _quantum(abs(s["mean"]) or 1.0, 9)
-    mean = round(float(s["mean"]) / mean_q) * mean_q
-    return float(_num(mean, 12)), float(_num(std))
-
-
-def _shard_drift(s: dict[str, Any], shards: dict[str, dict[str, Any]]) -> list[str]:
-    """The ``drift`` findings the profiled shards themselves would get from ``reference_stats``."""
-    from datacheck.profile._drift import drift_problem
-
-    mean, std = _reference_moments(s)
-    out = []
-    for path, p in sorted(shards.items()):
-        prof = SimpleNamespace(
-            **{k: p.get(k) for k in ("rows", "values", "finite", "min", "max")},
-            mean=p.get("mean"),
-            std=p.get("std"),
-        )
-        msg = drift_problem(prof, mean, std, Reference.max_mean_shift, Reference.max_std_ratio)  # type: ignore[arg-type]
-        if msg is not None:
-            out.append(f"{path}: {msg}")
-    return out
-
-
-def _zscore_max(s: dict[str, Any], zscore_max: float) -> tuple[float, str]:
-    """``zscore_max``, raised (with a comment) if the profiled values reach beyond it."""
-    mean, std = _reference_moments(s)
-    worst = max(abs(float(s["min"]) - mean), abs(float(s["max"]) - mean)) / std if std > 0 else 0
-    if worst <= zscore_max:
-        return zscore_max, ""
-    raised = math.ceil(worst * 1.05 * 10) / 10
-    return raised, f" (raised from {_num(zscore_max)}: the profiled values reach {worst:.3g} std)"
-
-
-def _reference_lines(
-    name: str,
-    s: dict[str, Any],
-    shards: dict[str, dict[str, Any]],
-    zscore_max: float,
-    notes: list[str],
-    off: bool = False,
-) -> list[str]:
-    """The ``reference_stats`` check, never one that the profiled data itself would fail.
-
-    ``off`` (an id- or time-like column): every bound ``.inf``, so neither values nor shards
-    are judged, and the scan does not compare the shards with each other either.
-
-    Shards that already differ beyond the ``drift`` thresholds (an id- or time-like column)
-    get the moment tests off (``.inf``), with the reasons as comments: left out entirely, the
-    scan would compare the shards with each other instead and warn about the same spread.
-    """
-    mean, std = _reference_moments(s)
-    zmax, zwhy = _zscore_max(s, zscore_max)
-    drift = _shard_drift(s, shards)
-    shift, ratio = (
-        (".inf", ".inf")
-        if drift or off
-        else (_num(Reference.max_mean_shift), _num(Reference.max_std_ratio))
-    )
-    zmax_text = ".inf" if off else _num(zmax)
-    lines = []
-    if drift:
-        notes.append(
-            f"column {name!r}: shard drift tests off: its profiled shards already "
-            f"differ beyond the thresholds ({drift[0]}{'; ...' if len(drift) > 1 else ''})"
-        )
-        lines += [
-            "# drift (mean shift / std ratio) off: the profiled shards themselves differ beyond",
-            f"# max_mean_shift {_num(Reference.max_mean_shift)} / max_std_ratio "
-            f"{_num(Reference.max_std_ratio)} (an id- or time-like column?):",
-            *[f"#   {d}" for d in drift[:5]],
-            *([f"#   ... and {len(drift) - 5} more"] if len(drift) > 5 else []),
-        ]
-    return lines + [
-        f"- mean: {_num(mean, 12)}",
-        f"  std: {_num(std)}",
-        f"  zscore_max: {zmax_text}      # value-level `extreme`: |x - mean| > zscore_max * std{'' if off else zwhy}",
-        f"  max_mean_shift: {shift}  # `drift`: a shard's mean moved more than this many std",
-        f"  max_std_ratio: {ratio}   # `drift`: a shard's std is off by more than this factor",
-        "  options: {check_name: reference_stats}",
-    ]
-
-
-def _normalized_lines(name: str, s: dict[str, Any], notes: list[str]) -> list[str]:
-    n = Normalized()
-    out = []
-    if not _looks_normalized(s):
-        msg = (
-            f"column {name!r} is marked normalized but is not standardised in this data "
-            f"(mean {_num(s['mean'], 4)}, std {_num(s['std'], 4)}): scans will report "
-            "`unnormalized` until it is; delete the check if the column is meant raw"
-        )
-        notes.append(msg)
-        out.append(f"# NOTE: {msg}")
-    return out + [
-        f"- mean: {_num(n.mean)}",
-        f"  std: {_num(n.std)}",
-        f"  max_mean_shift: {_num(n.max_mean_shift)}  # `unnormalized`: mean further than this many std from mean",
-        f"  max_std_ratio: {_num(n.max_std_ratio)}   # `unnormalized`: std off by more than this factor",
-        "  options: {check_name: normalized}",
-    ]
 
 
 def _column_lines(
@@ -316,7 +200,7 @@ def _column_lines(
         checks += ["- options: {check_name: finite}  # NaN and +/-Inf are errors"]
     if numeric and dtype != "bool":
         why = _id_like(name, arrow, s, shards)
-        range_lines = _range_lines(arrow, s, config)
+        range_lines = _range_lines(arrow, s, config.margin, config.zscore_max)
         if why and "drift" not in why:  # drifting shards get their own note below
             notes.append(f"column {name!r} looks like an id or a clock ({why}): value checks off")
         if why:
@@ -347,26 +231,6 @@ def _id_like(name: str, arrow: str, s: dict[str, Any], shards: dict[str, dict[st
     if _shard_drift(s, shards):
         return "its profiled shards already differ beyond the drift thresholds"
     return ""
-
-
-def _range_lines(arrow: str, s: dict[str, Any], config: InferConfig) -> list[str]:
-    """``in_range``, or ``max_abs`` for list columns (pandera's range checks cannot compare
-    a row's vector; datacheck's checks take every element)."""
-    integer = not _is_float(arrow)
-    pct = f"{config.margin * 100:g}%"
-    if "list" in arrow:
-        top = max(abs(float(s["min"])), abs(float(s["max"])))
-        bound = _num(top * (1 + config.margin) if top > 0 else 1.0, 12)
-        return [
-            f"- max_abs: {bound}  # observed |x| <= {_num(top, 6)}, widened by {pct}; every element",
-            "  options: {check_name: max_abs, raise_warning: true}",
-        ]
-    lo, hi = _range(s, config.margin, integer)
-    return [
-        f"- min_value: {_bound(lo, integer)}  # observed [{_num(s['min'], 6)}, {_num(s['max'], 6)}], widened by {pct} of the span",
-        f"  max_value: {_bound(hi, integer)}",
-        "  options: {check_name: in_range, raise_warning: true}  # a warning; drop raise_warning to make it an error",
-    ]
 
 
 def _tabular(fmt: str) -> bool:
@@ -434,14 +298,15 @@ def infer(
         doc = read_profile(tmp)
         stats, by_file = doc["columns"], doc["files"]
         files = report.data["files"]
+        drift = _drift_findings(report)
     readable = [f for f in files if f["status"] != "corrupt" and _tabular(f["format"])]
     dtypes = _column_dtypes(readable)
-    normalized = _normalized_columns(config, dtypes, stats)
     notes = [
         f"{f['path']}: unreadable ({f['error']}); left out"
         for f in files
         if f["status"] == "corrupt"
     ]
+    normalized = _normalized_columns(config, dtypes, stats, notes)
     notes += [
         f"{f['path']}: {f['format']} tensors are not inferred (write a tensors: section); left out"
         for f in files
@@ -453,7 +318,11 @@ def infer(
             f"({notes[0] if notes else 'no columns'}); pass trusted tabular data"
         )
     rows = sum(f["rows"] for f in readable)
-    lines = _header(inputs, len(readable), rows)
+    holding = {n: sum(1 for f in readable if n in (f.get("columns") or {})) for n in dtypes}
+    ids = [n for n, a in dtypes.items() if _ID_NAME.search(n) and not _is_float(a)]
+    found = column_damage(dtypes, stats, drift, holding, ids)
+    damage = [f"{c}: {'; '.join(d)}" for c, d in found.items()]
+    lines = _header(inputs, len(readable), rows) + _damage_lines(damage)
     for name, arrow in dtypes.items():
         s = stats.get(name) or {"rows": 0, "values": 0, "nulls": 0, "nan": 0, "inf": 0}
         having = [f["path"] for f in readable if name in (f.get("columns") or {})]
@@ -461,8 +330,28 @@ def infer(
         missing = len(readable) - len(having)
         lines += _column_lines(name, arrow, s, shards, name in normalized, config, notes, missing)
     text = "\n".join(printable(ln) for ln in lines) + "\n"  # no name can smuggle a YAML line
-    if out is not None:
+    written = out is not None and (not damage or config.allow_dirty)
+    if out is not None and written:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)
     columns = {n: {"dtype": dtypes[n], **stats.get(n, {})} for n in dtypes}
-    return InferResult(text, len(readable), rows, columns, notes)
+    return InferResult(text, len(readable), rows, columns, notes, damage, written)
+
+
+def _drift_findings(report: Any) -> list[tuple[str, str, str]]:
+    """(path, column, message) of the profiling pass's drift findings (shard vs the others)."""
+    out = []
+    for frame in report.iter_findings(check="drift"):
+        for path, column, value in zip(frame["path"], frame["column"], frame["value"], strict=True):
+            out.append((str(path), str(column), str(value)))
+    return out
+
+
+def _damage_lines(damage: list[str]) -> list[str]:
+    """The YAML's record of the damage it was learned from (``--allow-dirty``)."""
+    if not damage:
+        return []
+    return [
+        "# DAMAGE seen in the reference data, learned from as it is (--allow-dirty):",
+        *[f"#   {d}" for d in damage],
+    ]

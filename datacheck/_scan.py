@@ -15,15 +15,19 @@ from typing import Any
 
 from datacheck.checks._registry import Severity
 from datacheck.engine._discover import discover_files, plan_units
+from datacheck.engine._duplicates import duplicate_findings
 from datacheck.engine._journal import Journal
 from datacheck.engine._merge import (
     apply_extra,
+    empty_findings,
     file_entries,
+    fold_counts,
     media_folders,
     null_column_findings,
     shard_dtype_findings,
     write_manifest,
 )
+from datacheck.engine._outputs import out_lock, retire_report
 from datacheck.engine._unit import UnitResult, poison_result, scan_unit
 from datacheck.errors import UsageError
 from datacheck.execute import check_executor, default_workers, prestart, run_units
@@ -31,13 +35,15 @@ from datacheck.formats import (
     UNIT_MEMORY,
     Format,
     _storage,
+    check_requirements,
     ensure_registered,
     estimated_work,
     format_modules,
     main_formats,
 )
 from datacheck.profile._drift import needs_profile, profile_findings
-from datacheck.report import FAIL_ON, MANIFEST, Report, write_report_json
+from datacheck.report import FAIL_ON, MANIFEST, REPORT_JSON, Report, write_report_json
+from datacheck.report._gate import check_names
 from datacheck.schema import CompiledSchema, load_schema
 
 __all__ = ["NULL_SEVERITIES", "ScanConfig", "scan"]
@@ -316,6 +322,7 @@ def scan(
     inputs = [paths] if isinstance(paths, (str, Path)) else list(paths)
     inputs = [str(p) for p in inputs]
     compiled = load_schema(schema)
+    check_names(config.max_bad_fraction, compiled)  # a typo would tolerate nothing
     # messages name the inputs as typed; then absolute paths
     found, skipped, reasons = discover_files(inputs, config.follow_symlinks)
     local_roots = {root: _local(root) for root in {root for _, root in found}}  # a few, many files
@@ -328,91 +335,102 @@ def scan(
     units = plan_units(
         files, 1 << 62 if compiled is not None and compiled.whole_file else config.unit_bytes
     )
+    check_requirements(units)  # a missing decoder is the install, not the data
     keepalive = None
     if out is None:
         keepalive = tempfile.TemporaryDirectory(prefix="datacheck-")
         out = keepalive.name
     out_dir = _output_dir(out)
-    parts = out_dir / "parts"
-    fingerprint = {
-        "inputs": inputs,
-        "schema": schema_setting,
-        "unit_bytes": config.unit_bytes,
-        "null_severity": config.null_severity,
-    }
-    journal = Journal(out_dir, parts, fingerprint, resume=config.resume)
-    results, todo = journal.split(units)
-    worker_schema: Any = compiled
-    if isinstance(schema, (str, Path)) and schema:  # workers load it once each (by path)
-        worker_schema = schema_setting if os.path.isfile(schema) else str(schema)
-    if compiled is not None and not compiled.needs_pandera:
-        worker_schema = compiled  # plain rules: workers need not import pandera (~1 s each)
-    profiling = config.profile or needs_profile(compiled)
-    fn = partial(
-        _run_unit,
-        schema=worker_schema,
-        parts_dir=str(parts),
-        profile=profiling,
-        sketch=config.profile,
-        unit_memory=None if config.unit_memory_mb is None else config.unit_memory_mb << 20,
-        null_severity=config.null_severity,
-        formats=main_formats({u.format for u in todo}),
-    )
-    start = time.perf_counter()
-    workers = config.workers or default_workers()
-    progress, close_progress = _progress(progress)
-    if progress is not None and hasattr(progress, "start"):
-        progress.start(units)
-    preload = format_modules({u.format for u in todo})
-    options = config.run_options()
-    if config.executor == "distributed" or "scheduler" in options or "client" in options:
-        options["fetch_dir"] = str(parts)  # parts a remote worker could not write here
-    if any(_storage.in_this_process_only(u.path) for u in todo):
-        options["isolate"] = False  # memory:// lives here: no worker could read it
-    running = run_units(
-        fn,
-        todo,
-        config.executor,
-        workers,
-        on_poison=poison_result,
-        preload=preload,
-        work=estimated_work(todo),
-        **options,
-    )
-    try:  # on Ctrl-C / errors: stop the executor now, keep journal + parts for --resume
-        for r in running:
-            journal.record(r)
-            results.append(r)
-            if progress is not None:
-                progress(r, len(results), len(units))
-    finally:
-        getattr(running, "close", lambda: None)()
-        journal.close()
-        close_progress()
-    entries = file_entries(results)
-    roots = dict(files)
-    for e in entries:
-        e["root"] = roots.get(e["path"])  # the input folder (or URL prefix) it was found under
-    shapes = {r.path: r.shapes for r in results if r.part == 0 and r.shapes is not None}
-    extra = shard_dtype_findings(entries, roots, shapes)
-    severity_of = partial(_null_severity, compiled, config)
-    extra += null_column_findings(entries, results, severity_of, roots)
-    if profiling:
-        corrupt = {e["path"] for e in entries if e["status"] == "corrupt"}
-        extra += profile_findings(out_dir, results, compiled, dict(files), corrupt, config.profile)
-    apply_extra(entries, extra)
-    write_manifest(out_dir, MANIFEST, results, extra)
-    journal.finish()
-    hidden = ("executor_options", "client", "resume")
-    settings = {
-        "inputs": inputs,
-        "out": str(out_dir.resolve()),
-        "schema": schema_setting,
-        "mostly": {c: dict(v) for c, v in compiled.mostly.items()} if compiled else {},
-        **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
-        "workers": workers,
-    }
-    media = media_folders(entries, results)
-    seconds = time.perf_counter() - start
-    doc = write_report_json(out_dir, settings, entries, ignored, seconds, ignored_why, media=media)
+    with out_lock(out_dir):  # one scan writes a folder at a time
+        parts = out_dir / "parts"
+        fingerprint = {
+            "inputs": inputs,
+            "schema": schema_setting,
+            "unit_bytes": config.unit_bytes,
+            "null_severity": config.null_severity,
+        }
+        journal = Journal(out_dir, parts, fingerprint, resume=config.resume)
+        results, todo = journal.split(units)
+        worker_schema: Any = compiled
+        if isinstance(schema, (str, Path)) and schema:  # workers load it once each (by path)
+            worker_schema = schema_setting if os.path.isfile(schema) else str(schema)
+        if compiled is not None and not compiled.needs_pandera:
+            worker_schema = compiled  # plain rules: workers need not import pandera (~1 s each)
+        profiling = config.profile or needs_profile(compiled)
+        fn = partial(
+            _run_unit,
+            schema=worker_schema,
+            parts_dir=str(parts),
+            profile=profiling,
+            sketch=config.profile,
+            unit_memory=None if config.unit_memory_mb is None else config.unit_memory_mb << 20,
+            null_severity=config.null_severity,
+            formats=main_formats({u.format for u in todo}),
+        )
+        start = time.perf_counter()
+        workers = config.workers or default_workers()
+        progress, close_progress = _progress(progress)
+        if progress is not None and hasattr(progress, "start"):
+            progress.start(units)
+        preload = format_modules({u.format for u in todo})
+        options = config.run_options()
+        if config.executor == "distributed" or "scheduler" in options or "client" in options:
+            options["fetch_dir"] = str(parts)  # parts a remote worker could not write here
+        if any(_storage.in_this_process_only(u.path) for u in todo):
+            options["isolate"] = False  # memory:// lives here: no worker could read it
+        running = run_units(
+            fn,
+            todo,
+            config.executor,
+            workers,
+            on_poison=poison_result,
+            preload=preload,
+            work=estimated_work(todo),
+            **options,
+        )
+        try:  # on Ctrl-C / errors: stop the executor now, keep journal + parts for --resume
+            for r in running:
+                journal.record(r)
+                results.append(r)
+                if progress is not None:
+                    progress(r, len(results), len(units))
+        finally:
+            getattr(running, "close", lambda: None)()
+            journal.close()
+            close_progress()
+        entries = file_entries(results)
+        roots = dict(files)
+        for e in entries:
+            e["root"] = roots.get(e["path"])  # the input folder (or URL prefix) it was found under
+        shapes = {r.path: r.shapes for r in results if r.part == 0 and r.shapes is not None}
+        extra = shard_dtype_findings(entries, roots, shapes)
+        extra += empty_findings(entries) + duplicate_findings(entries)
+        severity_of = partial(_null_severity, compiled, config)
+        extra += null_column_findings(entries, results, severity_of, roots)
+        folded: set[tuple[str, str]] = set()
+        if profiling:
+            corrupt = {e["path"] for e in entries if e["status"] == "corrupt"}
+            columnwise, folded = profile_findings(
+                out_dir, results, compiled, dict(files), corrupt, config.profile
+            )
+            extra += columnwise
+        apply_extra(entries, extra)
+        retire_report(out_dir, REPORT_JSON)  # the commit point: never beside another's manifest
+        removed = write_manifest(out_dir, MANIFEST, results, extra, fold=folded)
+        fold_counts(entries, removed)
+        journal.finish()
+        hidden = ("executor_options", "client", "resume")
+        settings = {
+            "inputs": inputs,
+            "out": str(out_dir.resolve()),
+            "schema": schema_setting,
+            "mostly": {c: dict(v) for c, v in compiled.mostly.items()} if compiled else {},
+            **{f.name: getattr(config, f.name) for f in fields(config) if f.name not in hidden},
+            "workers": workers,
+        }
+        media = media_folders(entries, results)
+        seconds = time.perf_counter() - start
+        doc = write_report_json(
+            out_dir, settings, entries, ignored, seconds, ignored_why, media=media
+        )
     return Report(out_dir, doc, _keepalive=keepalive)

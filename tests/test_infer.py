@@ -61,7 +61,13 @@ def test_done_means_infer_then_scan_reports_exactly_the_scaled_shard_and_raw_col
     paths = _dataset(tmp_path / "data")
     clean, scaled = paths[:-1], paths[-1]
     schema = tmp_path / "schemas" / "train.yaml"
-    inferred = _run("infer", *clean, "--out", schema)
+    auto = _run("infer", *clean, "--out", schema)
+    assert auto.returncode == 0, auto.stderr
+    assert "'raw' is not standardised (mean 49.9" in auto.stderr  # auto leaves it unmarked
+    assert "raw" not in datacheck.load_schema(schema).columns or (
+        datacheck.load_schema(schema).columns["raw"].rules.normalized is None
+    )
+    inferred = _run("infer", *clean, "--out", schema, "--normalized", "f0,f1,f2,f3,raw")
     assert inferred.returncode == 0, inferred.stderr
     assert "'raw' is marked normalized but is not standardised" in inferred.stderr
     result = _run(
@@ -106,9 +112,9 @@ def test_schema_round_trips_through_datacheck_and_pandera(tmp_path: Path) -> Non
     scalar = frame.drop(columns=["emb", "name", "raw"])
     schema.select_columns(list(scalar.columns)).validate(scalar)  # clean data passes in pandera
     assert (
-        yaml.safe_load(text)["columns"]["raw"]["checks"][-1]["options"]["check_name"]
-        == "normalized"
+        yaml.safe_load(text)["columns"]["f0"]["checks"][-1]["options"]["check_name"] == "normalized"
     )
+    assert "normalized" not in _checks(text, "raw")  # never standardised: not marked
 
 
 def test_ranges_margin_nullable_and_finite(tmp_path: Path) -> None:
@@ -137,8 +143,16 @@ def test_ranges_margin_nullable_and_finite(tmp_path: Path) -> None:
         c: next(k for k in doc[c]["checks"] if k["options"]["check_name"] == "in_range")
         for c in doc
     }
-    assert ranges["pos"]["min_value"] == 0.0 and ranges["pos"]["max_value"] == pytest.approx(11.5)
-    assert (ranges["i"]["min_value"], ranges["i"]["max_value"]) == (2, 10)
+    # A float range is widened by the margin, and never tighter than mean +/- zscore_max std
+    # (here 3.5 + 6 * 4.06: four values say little about the tail); never below 0 when the
+    # column never was negative.
+    pos = np.array([0.5, 1.0, 2.0, 10.5])
+    assert ranges["pos"]["min_value"] == 0.0
+    assert ranges["pos"]["max_value"] == pytest.approx(pos.mean() + 6 * pos.std(), rel=1e-3)
+    assert ranges["n"]["max_value"] >= 4.0 + 0.3
+    # An integer column with few possible values: its exact range, an error.
+    assert (ranges["i"]["min_value"], ranges["i"]["max_value"]) == (3, 9)
+    assert not any("raise_warning" in r["options"] for r in ranges.values())
     assert isinstance(ranges["big"]["max_value"], float)  # 4.3e-07 read back as a float
     assert ranges["big"]["max_value"] >= 4e-7 and ranges["big"]["min_value"] <= 1e-7
     assert doc["n"]["nullable"] is True and doc["pos"]["nullable"] is False
@@ -151,8 +165,8 @@ def test_normalized_option(tmp_path: Path) -> None:
     paths = _dataset(tmp_path / "d", clean=1, scaled=False)
     auto = infer(paths, executor="inprocess")
     marked = {c for c in auto.columns if "normalized" in _checks(auto.text, c)}
-    assert marked == {*FEATURES, "raw"}
-    assert any("'raw'" in n for n in auto.notes)
+    assert marked == set(FEATURES)  # raw, never standardised, is named in a note instead
+    assert any("'raw' is not standardised" in n and "--normalized" in n for n in auto.notes)
     chosen = infer(paths, normalized=["f1"], executor="inprocess")
     np.save(tmp_path / "d" / "t.npy", np.zeros((3, 2)))
     with_tensor = infer(tmp_path / "d", normalized="none", executor="inprocess")
@@ -280,3 +294,84 @@ def test_infer_with_nothing_readable_exits_2(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "no readable table" in res.stderr
     assert not (tmp_path / "s.yaml").exists()
+
+
+def _dirty(root: Path) -> list[Path]:
+    """Four shards written by pandas: a bad-join column (all null), a NaN, a shard x1e6."""
+    rng = np.random.default_rng(4)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(4):
+        frame = pd.DataFrame(
+            {
+                "k": np.arange(500) + 500 * i,
+                "x": rng.standard_normal(500) * (1e6 if i == 3 else 1.0),
+                "label": rng.integers(0, 10, 500),
+            }
+        )
+        frame = frame.merge(pd.DataFrame({"k": [-1], "joined": [1.0]}), on="k", how="left")
+        if i == 1:
+            frame.loc[7, "x"] = np.inf
+        paths.append(root / f"part-{i}.parquet")
+        frame.to_parquet(paths[-1])
+    return paths
+
+
+def test_infer_refuses_to_learn_from_damage(tmp_path: Path) -> None:
+    paths = _dirty(tmp_path / "d")
+    out = tmp_path / "s.yaml"
+    res = _run("infer", tmp_path / "d", "--out", out)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert not out.exists()
+    damage = [ln for ln in res.stderr.splitlines() if ln.startswith("damage: ")]
+    assert any(ln.startswith("damage: joined: all null (2,000 of 2,000 rows)") for ln in damage)
+    (x,) = [ln for ln in damage if ln.startswith("damage: x: ")]
+    assert "1 Inf" in x and "beyond float16" in x and "a shard unlike the others, part-3" in x
+    assert not any(ln.startswith(("damage: k:", "damage: label:")) for ln in damage)
+    assert "not written" in res.stderr and "--allow-dirty" in res.stderr
+    # Told to, it learns from it as it is, and the schema says what it was learned from.
+    res = _run("infer", tmp_path / "d", "--out", out, "--allow-dirty")
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert "# DAMAGE seen in the reference data, learned from as it is (--allow-dirty):" in text
+    assert "#   joined: all null (2,000 of 2,000 rows)" in text
+    datacheck.load_schema(out)
+    # The clean shards alone: nothing to report.
+    clean = [p for p in paths if p.name in ("part-0.parquet", "part-2.parquet")]
+    result = infer(clean, out=out, executor="inprocess", normalized="none")
+    assert [d.split(":")[0] for d in result.damage] == ["joined"]  # the join failed there too
+    frame = pd.read_parquet(clean[0]).drop(columns=["joined"])
+    frame.to_parquet(tmp_path / "fixed.parquet")
+    result = infer(tmp_path / "fixed.parquet", out=out, executor="inprocess")
+    assert result.damage == [] and result.written
+
+
+def test_infer_writes_exact_label_ranges_as_errors(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"label": rng.integers(0, 10, 2000), "x": rng.standard_normal(2000)})
+    frame.to_parquet(tmp_path / "ref.parquet")
+    schema = tmp_path / "s.yaml"
+    infer(tmp_path / "ref.parquet", out=schema, executor="inprocess")
+    new = pd.DataFrame({"label": [0, 9, 10, 12, -1, 5], "x": [0.1, 2.0, -1.0, 0.3, 0.0, 0.5]})
+    new.to_parquet(tmp_path / "new.parquet")
+    report = datacheck.scan(tmp_path / "new.parquet", schema, out=tmp_path / "o")
+    f = report.findings
+    bad = f[f.column == "label"]
+    assert sorted(bad.row.astype(int)) == [2, 3, 4]  # 10, 12 and -1: outside [0, 9]
+    assert set(bad.severity) == {"error"} and report.exit_code() == 1
+    assert set(f.column) == {"label"}  # x within mean +/- 6 std: no false range error
+
+
+def test_a_column_absent_from_part_of_the_reference_is_optional(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    d = tmp_path / "d"
+    d.mkdir()
+    pd.DataFrame({"x": rng.standard_normal(300), "extra": rng.standard_normal(300)}).to_parquet(
+        d / "a.parquet"
+    )
+    pd.DataFrame({"x": rng.standard_normal(300)}).to_parquet(d / "b.parquet")
+    schema = tmp_path / "s.yaml"
+    infer(d, out=schema, executor="inprocess")
+    assert yaml.safe_load(schema.read_text())["columns"]["extra"]["required"] is False
+    report = datacheck.scan(d, schema, out=tmp_path / "o", executor="inprocess")
+    assert report.exit_code() == 0, report.summary["sites"]

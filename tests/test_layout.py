@@ -131,6 +131,7 @@ PUBLIC_FACES = {
         "Format",
         "Opened",
         "WorkUnit",
+        "check_requirements",
         "detect",
         "estimated_work",
         "format_modules",

@@ -44,6 +44,7 @@ def test_check_names_are_stable() -> None:
         "constant",
         "truncated",
         "empty",
+        "duplicate",
         "load_error",
     }
 

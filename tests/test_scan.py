@@ -100,7 +100,8 @@ def test_shard_dtype_drift_is_a_schema_finding(tmp_path: Path) -> None:
     d = tmp_path / "ds"
     d.mkdir()
     for i in range(3):
-        pq.write_table(pa.table({"x": pa.array([1.0, 2.0], pa.float32())}), d / f"s{i}.parquet")
+        x = pa.array([1.0 + i, 2.0], pa.float32())  # shards with values of their own
+        pq.write_table(pa.table({"x": x}), d / f"s{i}.parquet")
     pq.write_table(pa.table({"x": pa.array([1.0, 2.0], pa.float64())}), d / "s3.parquet")
     report = datacheck.scan(d, out=tmp_path / "o")
     f = report.findings

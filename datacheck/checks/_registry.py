@@ -119,7 +119,17 @@ TRUNCATED = CheckSpec(
     "are checked); a file its library cannot read is corrupt",
 )
 EMPTY = CheckSpec(
-    "empty", Severity.WARNING, "value", "an empty document or sequence in a token dataset"
+    "empty",
+    Severity.WARNING,
+    "value",
+    "an empty document or sequence in a token dataset (at its row); a file with 0 rows, a "
+    "header or a schema only (row null)",
+)
+DUPLICATE = CheckSpec(
+    "duplicate",
+    Severity.WARNING,
+    "file",
+    "a file byte-identical to another scanned file (the same data twice); row is null",
 )
 
 # Runtime checks (GuardedLoader): same registry, same manifest columns.
@@ -147,6 +157,7 @@ CHECKS: dict[str, CheckSpec] = {
         CONSTANT,
         TRUNCATED,
         EMPTY,
+        DUPLICATE,
         LOAD_ERROR,
     )
 }

@@ -45,6 +45,12 @@ def add_parser(sub: Any) -> None:
         default=ZSCORE_MAX,
         help="value-level z-score bound (default: %(default)s)",
     )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="learn from reference data that holds NaN, Inf, all-null columns, values beyond "
+        "float16 or a shard unlike the others (default: report them, write nothing, exit 1)",
+    )
     p.add_argument("--workers", type=int, help="parallel workers (default: one per core)")
     p.add_argument("--executor", default="auto", help="auto | inprocess | processes | distributed")
     p.set_defaults(func=_run_infer)
@@ -62,13 +68,25 @@ def _run_infer(args: argparse.Namespace) -> int:
         zscore_max=args.zscore_max,
         workers=args.workers,
         executor=args.executor,
+        allow_dirty=args.allow_dirty,
     )
     result = infer(args.paths, out=args.out, config=config)
-    print(
-        f"schema for {len(result.columns)} columns inferred from {result.files} file(s), "
-        f"{result.rows:,} rows: {args.out}"
-    )
     for note in result.notes:
         print(f"note: {printable(note)}", file=sys.stderr)
+    for line in result.damage:
+        print(f"damage: {printable(line)}", file=sys.stderr)
+    if not result.written:
+        print(
+            f"infer: {len(result.damage)} column(s) of the reference data hold damage (above); "
+            f"{args.out} not written: infer from the clean files, or pass --allow-dirty to "
+            "learn from them as they are",
+            file=sys.stderr,
+        )
+        return 1
+    dirty = " (learned from damaged data: see its header)" if result.damage else ""
+    print(
+        f"schema for {len(result.columns)} columns inferred from {result.files} file(s), "
+        f"{result.rows:,} rows: {args.out}{dirty}"
+    )
     print(f"next: datacheck scan DATA --schema {args.out}")
     return 0

@@ -8,6 +8,7 @@ import posixpath
 import stat
 from pathlib import Path
 
+from datacheck.engine._outputs import output_folder
 from datacheck.errors import InputError
 from datacheck.formats import Format, Opened, WorkUnit, _storage, detect, register
 
@@ -205,6 +206,9 @@ def _walk(root: Path, rules: _Rules) -> tuple[list[str], list[str]]:
         except OSError:
             continue
         visited.add(os.path.realpath(top))
+        if (why := output_folder({e.name for e in entries}, top)) is not None:
+            rules.ignore(top, why, ignored)  # a scan's own report: never read as data
+            continue
         subdirs = []
         for entry in entries:
             if _is_dir(entry):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,9 @@ from datacheck.engine._unit import UnitResult
 
 __all__ = [
     "apply_extra",
+    "empty_findings",
     "file_entries",
+    "fold_counts",
     "media_folders",
     "null_column_findings",
     "shard_dtype_findings",
@@ -311,6 +314,16 @@ def _numeric_dtype(dtype: str) -> bool:
     return leaf.startswith(("int", "uint", "float", "double", "halffloat", "decimal"))
 
 
+def empty_findings(entries: list[dict[str, Any]]) -> list[fnd.Finding]:
+    """An ``empty`` warning for each readable file with 0 rows (a header or a schema only):
+    read and checked, and nothing in it to train on."""
+    return [
+        fnd.Finding(e["path"], "empty", Severity.WARNING, "0 rows: a header or a schema only")
+        for e in entries
+        if e["status"] != "corrupt" and not e["rows"]
+    ]
+
+
 def apply_extra(entries: list[dict[str, Any]], extra: list[fnd.Finding]) -> None:
     by_path = {e["path"]: e for e in entries}
     for f in extra:
@@ -323,23 +336,80 @@ def apply_extra(entries: list[dict[str, Any]], extra: list[fnd.Finding]) -> None
 
 
 def write_manifest(
-    out: Path, manifest_name: str, results: list[UnitResult], extra: list[fnd.Finding]
-) -> int:
-    """Stream every unit's findings into ``quarantine.parquet`` in (path, part) order."""
-    writer = fnd.ManifestWriter(out / manifest_name)
+    out: Path,
+    manifest_name: str,
+    results: list[UnitResult],
+    extra: list[fnd.Finding],
+    fold: set[tuple[str, str]] | None = None,
+) -> dict[str, tuple[int, int]]:
+    """Stream every unit's findings into ``quarantine.parquet`` in (path, part) order.
+
+    ``fold``: (path, column) whose ``extreme`` warnings a ``drift`` finding stands for (a
+    shard drifted whole): left out of the manifest.  Returns path -> (sites, values) left
+    out, for :func:`fold_counts`.
+    """
+    tmp = out / (manifest_name + ".tmp")
+    writer = fnd.ManifestWriter(tmp)
     seen_corrupt: set[str] = set()
+    by_path: dict[str, list[str]] = defaultdict(list)
+    for path, column in fold or ():
+        by_path[path].append(column)
+    removed: dict[str, tuple[int, int]] = {}
     try:
         for r in sorted(results, key=lambda r: (r.path, r.part)):
             tables = [r.table] if r.table is not None else []
             drop = r.corrupt is not None and r.path in seen_corrupt
             seen_corrupt.update([r.path] if r.corrupt else [])
             for table in fnd.iter_part(r.part_file) if r.part_file is not None else tables:
-                writer.append(_drop_corrupt(table) if drop else table)
+                if drop:
+                    table = _drop_corrupt(table)
+                if r.path in by_path:
+                    table = _fold(table, by_path[r.path], removed, r.path)
+                writer.append(table)
         if extra:
             writer.append(fnd.findings_table(extra))
     finally:
         writer.close()
-    return writer.rows
+    os.replace(tmp, out / manifest_name)  # whole or not at all
+    return removed
+
+
+def _fold(
+    table: pa.Table, columns: list[str], removed: dict[str, tuple[int, int]], path: str
+) -> pa.Table:
+    """``table`` without its ``extreme`` warnings in ``columns``; counts what went."""
+    import pyarrow.compute as pc
+
+    text = lambda name: table[name].cast(pa.string())  # noqa: E731
+    gone = pc.and_(
+        pc.and_(pc.equal(text("check"), "extreme"), pc.equal(text("severity"), "warning")),
+        pc.is_in(text("column"), pa.array(columns, pa.string())),
+    ).fill_null(False)
+    n = pc.sum(gone).as_py() or 0
+    if not n:
+        return table
+    sites, values = removed.get(path, (0, 0))
+    values += pc.sum(table["count"].filter(gone)).as_py() or 0
+    removed[path] = (sites + n, values)
+    return table.filter(pc.invert(gone))
+
+
+def fold_counts(entries: list[dict[str, Any]], removed: dict[str, tuple[int, int]]) -> None:
+    """Take the folded ``extreme`` warnings (:func:`write_manifest`) out of the entries'
+    counts, so ``report.json`` and the manifest agree."""
+    for e in entries:
+        if e["path"] not in removed:
+            continue
+        sites, values = removed[e["path"]]
+        e["counts"]["extreme"] = e["counts"].get("extreme", 0) - values
+        by_sev = e["sites"].setdefault("extreme", {})
+        by_sev["warning"] = by_sev.get("warning", 0) - sites
+        if not by_sev["warning"]:
+            del by_sev["warning"]
+        if not by_sev:
+            del e["sites"]["extreme"]
+        if not e["counts"]["extreme"]:
+            del e["counts"]["extreme"]
 
 
 def _drop_corrupt(table: pa.Table) -> pa.Table:

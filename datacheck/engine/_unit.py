@@ -34,6 +34,7 @@ from datacheck.engine._plain import plain, readable_columns
 from datacheck.engine._schemacheck import SchemaRun
 from datacheck.formats import Chunk, Opened, WorkUnit, get_format
 from datacheck.formats._tabular import INTEGER_COLUMNS
+from datacheck.profile._drift import profile_bounds
 from datacheck.profile._stats import ColumnProfile, Profiler
 from datacheck.schema import CompiledSchema
 
@@ -450,7 +451,7 @@ def _read(
             res.columns.update(run.parsed_columns(res.columns))
             if unit.part == 0:
                 col.findings(run.file_findings(res.columns, unit.partition_columns))
-    profiler = Profiler(sketch) if profile else None
+    profiler = Profiler(sketch, profile_bounds(schema)) if profile else None
     chunks = opened.chunks
     while True:
         try:

@@ -33,6 +33,7 @@ __all__ = [
     "Format",
     "Opened",
     "WorkUnit",
+    "check_requirements",
     "detect",
     "estimated_work",
     "format_modules",
@@ -118,6 +119,9 @@ class Format:
     name: str = ""
     extensions: tuple[str, ...] = ()
     tabular: bool = True
+    requires: tuple[tuple[str, str, str], ...] = ()
+    """(module, package, extra) the reader cannot read a file without (Pillow for images): the
+    scan checks them before it starts and stops with one usage line naming the extra."""
     work_per_byte: float = 1.0
     """A worker's CPU per byte read, relative to a columnar file (~500 MB/s with its checks):
     a JPEG decodes at ~55 MB/s (10).  The ``auto`` executor weighs a scan's work with it."""
@@ -260,6 +264,32 @@ def _ensure_loaded() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != mod:
                 raise
+
+
+def check_requirements(units: Iterable[WorkUnit]) -> None:
+    """Stop before reading when a file's format needs a package that is not installed.
+
+    Without it every such file would be ``corrupt`` (clean images "broken" in a core install):
+    the data is not at fault, the install is, so this is a usage error naming the extra.
+
+    Raises:
+        UsageError: one line: how many files, an example, the package, both install commands.
+    """
+    from datacheck._extras import installed, needs
+    from datacheck.errors import UsageError
+
+    files: dict[str, dict[str, None]] = {}
+    for u in units:
+        files.setdefault(u.format, {})[u.path] = None
+    for name, paths in files.items():
+        fmt = _REGISTRY.get(name)
+        for module, package, extra in getattr(fmt, "requires", ()):
+            if not installed(module):
+                first = next(iter(paths))
+                raise UsageError(
+                    f"{len(paths):,} {name} file(s) (e.g. {first!r}): reading them "
+                    + needs("", package, extra).lstrip()
+                )
 
 
 def formats() -> dict[str, Format]:

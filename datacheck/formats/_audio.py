@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from datacheck._extras import needs
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, register
@@ -38,9 +39,7 @@ def _soundfile() -> Any:
     try:
         import soundfile
     except (ModuleNotFoundError, OSError) as exc:  # pragma: no cover - media extra missing
-        raise DecodeError(
-            "decoding audio needs soundfile: pip install 'datacheck-ml[media]'"
-        ) from exc
+        raise DecodeError(needs("decoding audio", "soundfile", "media")) from exc
     return soundfile
 
 
@@ -105,6 +104,7 @@ class AudioFormat(Format):
     """One audio file = one sample (row 0); NaN/Inf in it are file-level findings."""
 
     name = "audio"
+    requires = (("soundfile", "soundfile", "media"),)
     work_per_byte = 4.0  # FLAC/Ogg decode at ~100 MB/s
     extensions = AUDIO_EXTS
     tabular = False

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from datacheck._extras import needs
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
@@ -76,9 +77,7 @@ def _pil() -> Any:
         try:
             from PIL import Image
         except ModuleNotFoundError as exc:  # pragma: no cover - the media extra is missing
-            raise DecodeError(
-                "decoding images needs Pillow: pip install 'datacheck-ml[media]'"
-            ) from exc
+            raise DecodeError(needs("decoding images", "Pillow", "media")) from exc
         _PIL = Image
     return _PIL
 
@@ -301,6 +300,7 @@ class ImageFormat(Format):
     """One image file = one sample (row 0); the findings of its rules are file level."""
 
     name = "image"
+    requires = (("PIL", "Pillow", "media"),)
     work_per_byte = 10.0  # a JPEG decodes at ~55 MB/s
     extensions = IMAGE_EXTS
     tabular = False

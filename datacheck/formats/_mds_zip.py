@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
+from datacheck._extras import needs
 from datacheck.formats import _storage
 from datacheck.formats._tensor_common import MappedFile, TensorFileError
 
@@ -64,8 +65,7 @@ def _hasher(algo: str) -> Any:
             import xxhash
         except ModuleNotFoundError:
             raise TensorFileError(
-                f"index.json lists a {algo} hash: checking it needs the xxhash package: "
-                "pip install 'datacheck-ml[media]'"
+                needs(f"index.json lists a {algo} hash: checking it", "xxhash", "media")
             ) from None
         return getattr(xxhash, algo)()
     raise TensorFileError(
@@ -142,10 +142,7 @@ def shard_codec(path: str, entry: Mapping[str, Any] | None) -> str | None:
 
 
 def _needs(codec: str, package: str) -> TensorFileError:
-    return TensorFileError(
-        f"{codec}-compressed shard: reading it needs the {package} package: "
-        "pip install 'datacheck-ml[media]'"
-    )
+    return TensorFileError(needs(f"{codec}-compressed shard: reading it", package, "media"))
 
 
 def _zstd_chunks(src: IO[bytes]) -> Iterator[bytes]:

@@ -441,6 +441,7 @@ def _dataset(
 
 class Hdf5Format(Format):
     name = "hdf5"
+    requires = (("h5py", "h5py", "torch"),)
     extensions = (".h5", ".hdf5", ".hdf")
     tabular = False
 

@@ -19,6 +19,13 @@ whose std is off the target std (default 1) by more than a factor ``max_std_rati
 
 Mean and std comparisons need ``MIN_VALUES`` finite values in the shard (a tiny shard's sample
 std is noise); the constant and all-null tests do not.
+
+**Outliers cannot fake drift.** Where the column has bounds (the reference's z-score bound,
+``mean +/- zscore_max * std``), the moments compared (``drift`` and ``unnormalized``) are those
+of the shard's values within them: a few
+1e6 values in 200k rows are ``extreme`` row findings, not a moved mean.  A shard with more than
+``OUTSIDE_SHARE`` of its values beyond the bounds has drifted whole: one ``drift`` finding
+says so, and its per-value ``extreme`` warnings are folded into it (:func:`folded_columns`).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ __all__ = [
     "DRIFT",
     "UNNORMALIZED",
     "column_findings",
+    "folded_columns",
+    "profile_bounds",
     "needs_profile",
     "normalization_problem",
     "profile_findings",
@@ -46,6 +55,8 @@ __all__ = [
 
 MIN_VALUES = 30
 """Finite values a shard needs before its mean and std are compared."""
+OUTSIDE_SHARE = 0.05
+"""A shard with more than this share of its values beyond the column's bounds has drifted."""
 CONSENSUS_MIN_SHARDS = 3
 """Shards needed to compare a column without reference statistics against the others."""
 
@@ -103,7 +114,8 @@ def drift_problem(
     max_ratio: float,
     against: str = "the reference",
 ) -> str | None:
-    """Why a shard's profile disagrees with reference ``mean``/``std``, or None."""
+    """Why a shard's profile disagrees with reference ``mean``/``std``, or None.  With bounds
+    (:class:`ColumnProfile`), the moments are those of the values within them."""
     if p.rows and not p.values:
         return f"all null in this shard ({p.rows} rows); {against} has values"
     if not p.finite:
@@ -114,10 +126,36 @@ def drift_problem(
         )
     if p.finite < MIN_VALUES:
         return None
-    if std == 0 and p.mean != mean:
-        return f"mean {p.mean:.6g}; {against} is constant {mean:.6g}"
-    problems = _moment_problems(p.mean, p.std, mean, std, max_shift, max_ratio)
+    if (beyond := _beyond(p)) is not None:  # drifted whole: its moments, all values, say how
+        problems = _moment_problems(p.mean, p.std, mean, std, max_shift, max_ratio)
+        return f"{'; '.join([beyond, *problems])} ({against})"
+    n, p_mean, p_std = _moments(p)
+    if n < MIN_VALUES:
+        return None
+    if std == 0 and p_mean != mean:
+        return f"mean {p_mean:.6g}; {against} is constant {mean:.6g}"
+    problems = _moment_problems(p_mean, p_std, mean, std, max_shift, max_ratio)
     return f"{'; '.join(problems)} ({against})" if problems else None
+
+
+def _moments(p: Any) -> tuple[int, float, float]:
+    """(n, mean, std) a shard is compared on (a ``ColumnProfile``, or a namespace of its
+    statistics without bounds)."""
+    if hasattr(p, "moments"):
+        return p.moments()
+    return p.finite, p.mean, p.std
+
+
+def _beyond(p: Any) -> str | None:
+    """ "201,000 of 201,000 values (100%) beyond the bounds [-5.9, 5.8]" when more than
+    ``OUTSIDE_SHARE`` of a bounded shard's values are, else None."""
+    outside = getattr(p, "outside", 0)
+    if not outside or outside <= OUTSIDE_SHARE * p.finite:
+        return None
+    return (
+        f"{outside:,} of {p.finite:,} values ({outside / p.finite:.0%}) beyond the bounds "
+        f"[{p.lo:.4g}, {p.hi:.4g}] (mean +/- zscore_max std; their extreme warnings folded here)"
+    )
 
 
 def _finding(path: str, spec: CheckSpec, sev: Severity, column: str, msg: str) -> fnd.Finding:
@@ -163,12 +201,35 @@ def _normalized_findings(
 ) -> list[fnd.Finding]:
     out = []
     for path, p in sorted(shards.items()):
-        if p.finite < MIN_VALUES:
+        n, mean, std = _moments(p)
+        if p.finite < MIN_VALUES or (n < MIN_VALUES and _beyond(p) is None):
             continue
-        msg = normalization_problem(spec, p.mean, p.std)
+        msg = _beyond(p) or normalization_problem(spec, mean, std)
         if msg is not None:
             out.append(_finding(path, UNNORMALIZED, spec.severity, column, msg))
     return out
+
+
+def profile_bounds(schema: Any) -> dict[str, tuple[float, float]]:
+    """Column -> the bounds its drift moments are computed within (see the module doc)."""
+    out: dict[str, tuple[float, float]] = {}
+    for name, spec in schema.columns.items() if schema is not None else ():
+        ref = spec.rules.reference
+        z = ref.zscore_range() if ref is not None else None
+        if z is not None and z.min is not None and z.max is not None:
+            out[name] = (z.min, z.max)
+    return out
+
+
+def folded_columns(by_file: Mapping[str, Mapping[str, ColumnProfile]]) -> set[tuple[str, str]]:
+    """(path, column) of the shards drifted whole (beyond their bounds): their per-value
+    ``extreme`` warnings are folded into the one ``drift`` finding."""
+    return {
+        (path, column)
+        for path, cols in by_file.items()
+        for column, p in cols.items()
+        if p.finite >= MIN_VALUES and _beyond(p) is not None
+    }
 
 
 def column_findings(
@@ -210,8 +271,9 @@ def profile_findings(
     groups: Mapping[str, str],
     skip: set[str],
     sketched: bool,
-) -> list[fnd.Finding]:
-    """Merge the units' profiles per file, write ``profile.json``, return column findings.
+) -> tuple[list[fnd.Finding], set[tuple[str, str]]]:
+    """Merge the units' profiles per file, write ``profile.json``, return column findings
+    and the (path, column) whose ``extreme`` warnings they fold (:func:`folded_columns`).
 
     Args:
         out: the report folder.
@@ -228,4 +290,4 @@ def profile_findings(
     by_file = {path: merge_profiles(parts) for path, parts in units.items()}
     write_profile(out, by_file, sketched)
     checked = {path: cols for path, cols in by_file.items() if path not in skip}
-    return column_findings(checked, schema, groups)
+    return column_findings(checked, schema, groups), folded_columns(checked)

@@ -202,11 +202,37 @@ class ColumnProfile:
     numeric: bool = False
     sketch: LogSketch | None = None
     """None when quantiles were not asked for."""
+    lo: float = -math.inf
+    hi: float = math.inf
+    """The column's bounds (the schema's z-score bound): ``inner`` counts the finite values
+    within them, with their own moments, so a few outliers cannot move a shard's mean."""
+    inner: int = 0
+    inner_mean: float = 0.0
+    inner_m2: float = 0.0
 
     @property
     def std(self) -> float:
         """Population standard deviation (``numpy.std`` with ddof=0) of the finite values."""
         return math.sqrt(max(self.m2, 0.0) / self.finite) if self.finite else math.nan
+
+    @property
+    def bounded(self) -> bool:
+        return self.lo > -math.inf or self.hi < math.inf
+
+    @property
+    def outside(self) -> int:
+        """Finite values beyond the bounds (0 without bounds)."""
+        return self.finite - self.inner if self.bounded else 0
+
+    def moments(self) -> tuple[int, float, float]:
+        """(n, mean, std) of the values the drift checks compare: those within the bounds
+        when the column has them, else every finite value."""
+        n, mean, m2 = (
+            (self.inner, self.inner_mean, self.inner_m2)
+            if self.bounded
+            else (self.finite, self.mean, self.m2)
+        )
+        return n, mean, math.sqrt(max(m2, 0.0) / n) if n else math.nan
 
     def observe(self, arr: pa.Array, flat: FlatColumn | None = None) -> tuple[Any, Any] | None:
         """Add one Arrow array (``flat``: its flattened numeric values, None if not numeric).
@@ -259,9 +285,15 @@ class ColumnProfile:
 
     def _add_finite(self, x: np.ndarray, lo: float, hi: float) -> None:
         self.min, self.max = min(self.min, lo), max(self.max, hi)
-        self.finite, self.mean, self.m2 = _merge_moments(
-            (self.finite, self.mean, self.m2), _chunk_moments(x)
-        )
+        chunk = _chunk_moments(x)
+        self.finite, self.mean, self.m2 = _merge_moments((self.finite, self.mean, self.m2), chunk)
+        if self.bounded:
+            if lo < self.lo or hi > self.hi:  # some values beyond the bounds: their own pass
+                x_in = x[(x >= self.lo) & (x <= self.hi)]
+                chunk = _chunk_moments(x_in) if x_in.size else (0, 0.0, 0.0)
+            self.inner, self.inner_mean, self.inner_m2 = _merge_moments(
+                (self.inner, self.inner_mean, self.inner_m2), chunk
+            )
         if self.sketch is not None:
             self.sketch = self.sketch.merge(LogSketch.of(x))
 
@@ -273,6 +305,10 @@ class ColumnProfile:
         sketch = None
         if self.sketch is not None and other.sketch is not None:
             sketch = self.sketch.merge(other.sketch)
+        inner = _merge_moments(
+            (self.inner, self.inner_mean, self.inner_m2),
+            (other.inner, other.inner_mean, other.inner_m2),
+        )
         return ColumnProfile(
             rows=self.rows + other.rows,
             nulls=self.nulls + other.nulls,
@@ -286,6 +322,11 @@ class ColumnProfile:
             m2=m2,
             numeric=self.numeric or other.numeric,
             sketch=sketch,
+            lo=self.lo,
+            hi=self.hi,
+            inner=inner[0],
+            inner_mean=inner[1],
+            inner_m2=inner[2],
         )
 
     def state(self) -> dict[str, Any]:
@@ -323,6 +364,15 @@ class ColumnProfile:
                 mean=self.mean if has else None,
                 std=self.std if has else None,
             )
+        if self.numeric and self.bounded:
+            n, mean, std = self.moments()
+            out["bounds"] = {
+                "lo": self.lo if math.isfinite(self.lo) else None,
+                "hi": self.hi if math.isfinite(self.hi) else None,
+                "outside": self.outside,
+                "mean": mean if n else None,
+                "std": std if n else None,
+            }
         if self.sketch is not None and self.finite:
             qv = self.sketch.quantiles(quantiles)
             qv = np.clip(qv, self.min, self.max)
@@ -337,14 +387,19 @@ def _qname(q: float) -> str:
 class Profiler:
     """The profiles of one work unit, column by column."""
 
-    def __init__(self, sketch: bool = False) -> None:
+    def __init__(
+        self, sketch: bool = False, bounds: Mapping[str, tuple[float, float]] | None = None
+    ) -> None:
         self.sketch = sketch
+        self.bounds = bounds or {}
+        """Column -> (lo, hi): the values the drift checks compare (see ``ColumnProfile``)."""
         self.columns: dict[str, ColumnProfile] = {}
 
     def column(self, name: str) -> ColumnProfile:
         prof = self.columns.get(name)
         if prof is None:
-            prof = ColumnProfile(sketch=LogSketch() if self.sketch else None)
+            lo, hi = self.bounds.get(name, (-math.inf, math.inf))
+            prof = ColumnProfile(sketch=LogSketch() if self.sketch else None, lo=lo, hi=hi)
             self.columns[name] = prof
         return prof
 

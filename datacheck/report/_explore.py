@@ -336,7 +336,7 @@ def exclusion_list(
         label = None
         if found is not None:
             rows = np.arange(int(e.get("rows") or 0), dtype=np.int64)
-            label = "; ".join(lab for lab, _ in found)
+            label = "; ".join(dict.fromkeys(lab for lab, _ in found))
         frames.append(_excluded(path, rows, offsets.get(path), checks, label))
     return pd.concat(frames, ignore_index=True) if frames else _excluded("", np.zeros(0, np.int64))
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from datacheck._extras import needs
 from datacheck.errors import UsageError
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def new_figure(width: float, height: float) -> Figure:
     try:
         import matplotlib
     except ModuleNotFoundError as exc:
-        raise UsageError("plots need matplotlib: pip install 'datacheck-ml[notebook]'") from exc
+        raise UsageError(needs("plots", "matplotlib", "notebook")) from exc
 
     headless = sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")

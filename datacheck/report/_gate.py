@@ -15,7 +15,52 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_max_bad_fraction", "tolerance_summary"]
+__all__ = ["check_names", "parse_max_bad_fraction", "tolerance_summary"]
+
+SCHEMA_ONLY = ("unique", "check_error", "truncated")
+"""Check names a scan reports that no registry entry declares (the schema's own)."""
+
+
+def _schema_names(schema: Any) -> set[str]:
+    """The check names a compiled schema's rules report under."""
+    if schema is None:
+        return set()
+    specs = [*schema.columns.values(), *schema.index]
+    specs += [schema.undeclared] if schema.undeclared is not None else []
+    out: set[str] = set()
+    for spec in specs:
+        rules = spec.rules
+        for rule in (*rules.ranges, *rules.allowed, *rules.bounds):
+            out.add(rule.check)
+        out.update(str(getattr(c, "name", "")) for c in rules.pandas_checks)
+    out.update(str(getattr(c, "name", "")) for c in schema.frame_checks)
+    for checks in schema.mostly.values():
+        out.update(checks)
+    return out - {""}
+
+
+def check_names(fractions: Mapping[str, float], schema: Any = None) -> None:
+    """Refuse a ``--max-bad-fraction`` check name the scan can never report (a typo would
+    tolerate nothing, silently).
+
+    Raises:
+        UsageError: naming the check, the closest known name and where to find them all.
+    """
+    import difflib
+
+    from datacheck.checks._registry import CHECKS
+    from datacheck.errors import UsageError
+
+    known = set(CHECKS) | set(SCHEMA_ONLY) | _schema_names(schema)
+    for check in fractions:
+        if check in known:
+            continue
+        close = difflib.get_close_matches(check, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(
+            f"--max-bad-fraction {check}={fractions[check]:g}: no check is named {check!r}"
+            f"{hint}; the checks: {', '.join(sorted(CHECKS))}, or one the schema declares"
+        )
 
 
 def parse_max_bad_fraction(items: list[str] | None) -> dict[str, float]:

@@ -5,6 +5,15 @@ Importing this module imports torch; ``import datacheck`` never does.
 
 from __future__ import annotations
 
+try:
+    import torch  # noqa: F401  (the one import that tells a missing torch)
+except ModuleNotFoundError as exc:  # not installed: one line naming the extra, no chain
+    if exc.name != "torch":
+        raise
+    from datacheck._extras import needs
+
+    raise ModuleNotFoundError(needs("datacheck.torch", "torch", "torch"), name="torch") from None
+
 from datacheck.torch._guard import (
     Action,
     GuardConfig,

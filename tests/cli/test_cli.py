@@ -252,8 +252,8 @@ def test_a_file_name_with_control_characters_cannot_forge_summary_or_schema_line
         ln.startswith(("verdict:    PASS", "strict: true")) for ln in r.stdout.splitlines()
     )
     assert "\\nverdict:    PASS\\nstrict: true\\n\\x1b[2J" in r.stdout
-    r = run("infer", str(data), "--out", str(tmp_path / "schema.yaml"))
-    assert r.returncode == 0, r.stderr
+    r = run("infer", str(data), "--out", str(tmp_path / "schema.yaml"), "--allow-dirty")
+    assert r.returncode == 0, r.stderr  # (the NaN is damage: learned from as it is)
     text = (tmp_path / "schema.yaml").read_text()
     assert "\x1b" not in text and not any(ln.startswith("strict:") for ln in text.splitlines())
     import yaml

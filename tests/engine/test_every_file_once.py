@@ -96,7 +96,8 @@ def test_images_beside_labels_are_two_arrays_not_shards(tmp_path: Path) -> None:
 def test_shards_of_one_array_are_named_alike_and_shaped_alike(tmp_path: Path) -> None:
     for i in range(4):
         dtype = np.float64 if i == 2 else np.float32
-        np.save(tmp_path / f"part-{i:05d}.npy", np.zeros((100 if i < 3 else 7, 3, 4), dtype))
+        shape = (100 if i < 3 else 7, 3, 4)  # each shard its own values (none a duplicate)
+        np.save(tmp_path / f"part-{i:05d}.npy", np.full(shape, i, dtype))
     np.save(tmp_path / "part-00009.npy", np.zeros((5, 2), np.float64))  # another shape tail
     for width in ("i32", "i64"):  # a dtype in the name: files that differ there by design
         np.save(tmp_path / f"smpl_{width}be.npy", np.zeros(6, f">i{int(width[1:]) // 8}"))

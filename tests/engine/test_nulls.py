@@ -88,7 +88,7 @@ def test_an_empty_text_column_beside_typed_shards_is_not_a_bad_join(tmp_path: Pa
     assert report.exit_code() == 0 and report.summary["sites"] == {}
     # The same empty column where the other shards hold numbers: the join failed there.
     for i in (0, 2):
-        frame = pd.DataFrame({"x": np.arange(40.0), "note": np.arange(40.0)})
+        frame = pd.DataFrame({"x": np.arange(40.0) + i, "note": np.arange(40.0)})
         frame.to_csv(tmp_path / "d" / f"s{i}.csv", index=False)
     report = dc.scan(tmp_path / "d", out=tmp_path / "o2", executor="inprocess")
     f = report.findings

@@ -204,3 +204,56 @@ def test_tensor_files_are_profiled_and_compared(tmp_path: Path) -> None:
     assert _column_findings(report) == {("t2", "tensor", "drift")}
     stats = load_profile(report.dir)
     assert set(stats.rows) == {500} and set(stats["values"]) == {2000}
+
+
+def test_outliers_cannot_fake_drift_and_a_drifted_shard_is_one_finding(tmp_path: Path) -> None:
+    """A few 1e6 values in a shard are row findings, not a moved mean; a shard scaled x1e6 is
+    one drift finding, its per-value z-score warnings folded into it."""
+    rng = np.random.default_rng(5)
+    outliers = rng.standard_normal(ROWS)
+    outliers[[3, 700, 1999]] = [1e6, -2e6, 3e6]  # moves the plain mean by 1000 std
+    scaled = rng.standard_normal(ROWS) * 1e6
+    data = _shards(tmp_path / "d", s1={"x": outliers}, s3={"x": scaled})
+    norm = "{options: {check_name: normalized}}"
+    ref = "{mean: 0.0, std: 1.0, options: {check_name: reference_stats}}"
+    schema = _schema(tmp_path / "s.yaml", x_checks=f"{ref}\n    - {norm}")
+    report = _scan(data, schema, tmp_path)
+    assert _column_findings(report) == {("s3", "x", "drift"), ("s3", "x", "unnormalized")}
+    f = report.findings
+    f["shard"] = [Path(p).stem for p in f.path]
+    rows = f[f.row.notna()]
+    assert set(zip(rows.shard, rows.row.astype(int), rows.check, strict=True)) == {
+        ("s1", 3, "extreme"),
+        ("s1", 700, "extreme"),
+        ("s1", 1999, "extreme"),
+    }
+    (drift,) = f[f.check == "drift"].itertuples()
+    assert drift.value.startswith("2,000 of 2,000 values (100%) beyond the bounds [-6, 6]")
+    # report.json agrees with the manifest: the folded warnings are counted nowhere.
+    entry = next(e for e in report.data["files"] if e["path"].endswith("s3.parquet"))
+    assert "extreme" not in entry["counts"] and "extreme" not in entry["sites"]
+    assert report.summary["sites"]["extreme"] == {"warning": 3}
+    # profile.json says what was compared.
+    import json
+
+    files = json.loads((tmp_path / "out" / "profile.json").read_text())["files"]
+    bounds = files[str(data / "s1.parquet")]["x"]["bounds"]
+    assert bounds["outside"] == 3 and bounds["lo"] == -6.0
+    assert abs(bounds["mean"]) < 0.1 and bounds["std"] == pytest.approx(1.0, abs=0.1)
+
+
+def test_profile_moments_within_bounds_merge_exactly() -> None:
+    x = np.random.default_rng(1).standard_normal(10_000)
+    x[::997] = 1e9
+    whole = ColumnProfile(lo=-6.0, hi=6.0)
+    whole.add_values(x)
+    parts = [ColumnProfile(lo=-6.0, hi=6.0) for _ in range(3)]
+    for p, piece in zip(parts, np.array_split(x, 3), strict=True):
+        p.add_values(piece)
+    merged = parts[0].merge(parts[1]).merge(parts[2])
+    inside = x[np.abs(x) <= 6]
+    for p in (whole, merged):
+        n, mean, std = p.moments()
+        assert n == inside.size and p.outside == x.size - inside.size
+        assert mean == pytest.approx(inside.mean()) and std == pytest.approx(inside.std())
+        assert p.mean > 1e5  # the plain moments still see everything
