@@ -341,12 +341,12 @@ def write_manifest(
     results: list[UnitResult],
     extra: list[fnd.Finding],
     fold: set[tuple[str, str]] | None = None,
-) -> dict[str, tuple[int, int]]:
+) -> Removed:
     """Stream every unit's findings into ``quarantine.parquet`` in (path, part) order.
 
-    ``fold``: (path, column) whose ``extreme`` warnings a ``drift`` finding stands for (a
-    shard drifted whole): left out of the manifest.  Returns path -> (sites, values) left
-    out, for :func:`fold_counts`.
+    ``fold``: (path, column) whose value-level bound findings (:data:`FOLDED`) a ``drift``
+    finding stands for (a shard drifted whole): left out of the manifest.  Returns what was
+    left out, for :func:`fold_counts`.
     """
     tmp = out / (manifest_name + ".tmp")
     writer = fnd.ManifestWriter(tmp)
@@ -354,7 +354,7 @@ def write_manifest(
     by_path: dict[str, list[str]] = defaultdict(list)
     for path, column in fold or ():
         by_path[path].append(column)
-    removed: dict[str, tuple[int, int]] = {}
+    removed: Removed = {}
     try:
         for r in sorted(results, key=lambda r: (r.path, r.part)):
             tables = [r.table] if r.table is not None else []
@@ -374,42 +374,52 @@ def write_manifest(
     return removed
 
 
-def _fold(
-    table: pa.Table, columns: list[str], removed: dict[str, tuple[int, int]], path: str
-) -> pa.Table:
-    """``table`` without its ``extreme`` warnings in ``columns``; counts what went."""
+FOLDED = ("extreme", "out_of_range")
+"""Row findings of a shard's column that one ``drift`` finding stands for when the shard
+drifted whole (most of its values beyond the column's bounds): the value-level bounds."""
+
+Removed = dict[str, dict[tuple[str, str], tuple[int, int]]]
+"""path -> (check, severity) -> (manifest rows, values) folded."""
+
+
+def _fold(table: pa.Table, columns: list[str], removed: Removed, path: str) -> pa.Table:
+    """``table`` without its :data:`FOLDED` findings in ``columns``; counts what went."""
     import pyarrow.compute as pc
 
     text = lambda name: table[name].cast(pa.string())  # noqa: E731
     gone = pc.and_(
-        pc.and_(pc.equal(text("check"), "extreme"), pc.equal(text("severity"), "warning")),
+        pc.is_in(text("check"), pa.array(FOLDED, pa.string())),
         pc.is_in(text("column"), pa.array(columns, pa.string())),
     ).fill_null(False)
-    n = pc.sum(gone).as_py() or 0
-    if not n:
+    if not pc.any(gone).as_py():
         return table
-    sites, values = removed.get(path, (0, 0))
-    values += pc.sum(table["count"].filter(gone)).as_py() or 0
-    removed[path] = (sites + n, values)
+    went = table.filter(gone).select(["check", "severity", "count"])
+    went = went.cast(
+        pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
+    )
+    grouped = went.group_by(["check", "severity"]).aggregate([("count", "count"), ("count", "sum")])
+    mine = removed.setdefault(path, {})
+    for row in grouped.to_pylist():
+        key = (row["check"], row["severity"])
+        sites, values = mine.get(key, (0, 0))
+        mine[key] = (sites + row["count_count"], values + row["count_sum"])
     return table.filter(pc.invert(gone))
 
 
-def fold_counts(entries: list[dict[str, Any]], removed: dict[str, tuple[int, int]]) -> None:
-    """Take the folded ``extreme`` warnings (:func:`write_manifest`) out of the entries'
-    counts, so ``report.json`` and the manifest agree."""
+def fold_counts(entries: list[dict[str, Any]], removed: Removed) -> None:
+    """Take the folded findings (:func:`write_manifest`) out of the entries' counts, so
+    ``report.json`` and the manifest agree."""
     for e in entries:
-        if e["path"] not in removed:
-            continue
-        sites, values = removed[e["path"]]
-        e["counts"]["extreme"] = e["counts"].get("extreme", 0) - values
-        by_sev = e["sites"].setdefault("extreme", {})
-        by_sev["warning"] = by_sev.get("warning", 0) - sites
-        if not by_sev["warning"]:
-            del by_sev["warning"]
-        if not by_sev:
-            del e["sites"]["extreme"]
-        if not e["counts"]["extreme"]:
-            del e["counts"]["extreme"]
+        for (check, severity), (sites, values) in removed.get(e["path"], {}).items():
+            e["counts"][check] = e["counts"].get(check, 0) - values
+            by_sev = e["sites"].setdefault(check, {})
+            by_sev[severity] = by_sev.get(severity, 0) - sites
+            if not by_sev[severity]:
+                del by_sev[severity]
+            if not by_sev:
+                del e["sites"][check]
+            if not e["counts"][check]:
+                del e["counts"][check]
 
 
 def _drop_corrupt(table: pa.Table) -> pa.Table:

@@ -25,7 +25,8 @@ std is noise); the constant and all-null tests do not.
 of the shard's values within them: a few
 1e6 values in 200k rows are ``extreme`` row findings, not a moved mean.  A shard with more than
 ``OUTSIDE_SHARE`` of its values beyond the bounds has drifted whole: one ``drift`` finding
-says so, and its per-value ``extreme`` warnings are folded into it (:func:`folded_columns`).
+says so, and its per-value ``extreme`` and ``out_of_range`` findings are folded into it
+(:func:`folded_columns`).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _beyond(p: Any) -> str | None:
         return None
     return (
         f"{outside:,} of {p.finite:,} values ({outside / p.finite:.0%}) beyond the bounds "
-        f"[{p.lo:.4g}, {p.hi:.4g}] (mean +/- zscore_max std; their extreme warnings folded here)"
+        f"[{p.lo:.4g}, {p.hi:.4g}] (mean +/- zscore_max std; their extreme/out_of_range rows folded here)"
     )
 
 
@@ -223,7 +224,7 @@ def profile_bounds(schema: Any) -> dict[str, tuple[float, float]]:
 
 def folded_columns(by_file: Mapping[str, Mapping[str, ColumnProfile]]) -> set[tuple[str, str]]:
     """(path, column) of the shards drifted whole (beyond their bounds): their per-value
-    ``extreme`` warnings are folded into the one ``drift`` finding."""
+    ``extreme`` and ``out_of_range`` findings are folded into the one ``drift`` finding."""
     return {
         (path, column)
         for path, cols in by_file.items()
