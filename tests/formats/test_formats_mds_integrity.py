@@ -106,8 +106,8 @@ def test_xxhash_missing_is_corrupt_naming_the_extra(
     with pytest.raises(TensorFileError) as info:
         open_shard(folder)
     assert str(info.value) == (
-        "index.json lists a xxh64 hash: checking it needs the xxhash package: "
-        "pip install 'datacheck-ml[media]'"
+        "index.json lists a xxh64 hash: checking it needs xxhash (the media extra): "
+        'pip install -e ".[media]" in a clone, or pip install "datacheck-ml[media]"'
     )
 
 

@@ -160,7 +160,8 @@ def test_codec_without_its_package_names_the_extra(
     path = str(folder / f"shard.00000.mds.{codec}")
     fmt = get_format("mds")
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
-    with pytest.raises(TensorFileError, match=r"pip install 'datacheck-ml\[media\]'"):
+    hint = r'pip install -e "\.\[media\]" in a clone, or pip install "datacheck-ml\[media\]"'
+    with pytest.raises(TensorFileError, match=hint):
         fmt.open(WorkUnit(path, "mds", 0, 0.0), {})
 
 

@@ -351,7 +351,8 @@ def test_parquet_scan_never_imports_torch_or_h5py(tmp_path: Path) -> None:
 
 def test_shard_with_another_dtype_is_flagged(tmp_path: Path) -> None:
     for i in range(3):
-        np.save(tmp_path / f"s{i}.npy", np.zeros((4, 2), np.float64 if i == 1 else np.float32))
+        dtype = np.float64 if i == 1 else np.float32  # (values of its own: no duplicate)
+        np.save(tmp_path / f"s{i}.npy", np.full((4, 2), i, dtype))
     f = datacheck.scan(str(tmp_path), executor="inprocess").findings
     assert f[["path", "column", "check"]].values.tolist() == [
         [str(tmp_path / "s1.npy"), "tensor", "schema"]

@@ -299,12 +299,19 @@ def datacheck_answer(schema: Any, path: Path, out: Path, index_names: Any) -> An
     return answer
 
 
+FILE_ONLY = ("empty", "duplicate")
+"""datacheck's findings about the file itself (0 rows, the same bytes as another file): no
+schema says them, in pandera or here, so they are no part of the comparison."""
+
+
 def findings_answer(f: pd.DataFrame, index_names: set[str] | dict[str, str]) -> Answer:
     """The scan's findings as sites; a stored index column is named by the schema's level it
     is (``index_names``: stored name -> level name), as pandera names it."""
     answer = Answer()
     aliases = index_names if isinstance(index_names, dict) else {n: n for n in index_names}
     for r in f.itertuples():
+        if r.check in FILE_ONLY:
+            continue
         col = None if pd.isna(r.column) else r.column
         if col is not None and col in aliases:
             col = index_label(aliases[col])
