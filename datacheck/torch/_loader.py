@@ -401,6 +401,8 @@ class GuardedLoader:
         named = [b for b in bad if b is not None]
         if self._stream is not None:
             self._exclude.add(named)
+            if len(named) < len(bad):
+                self._unnamed()
         else:
             bad.sort()
             self._exclude.update(named)
@@ -416,6 +418,15 @@ class GuardedLoader:
             self._writer.write(records)
         self._log(job, findings, bad, rank)
         return bad
+
+    def _unnamed(self) -> None:
+        if ("", "unnamed") not in self._warned:
+            self._warned.add(("", "unnamed"))
+            logger.warning(
+                "bad stream samples without a name (no key_fn, no __key__, and the pipeline "
+                "gives none, e.g. after a datasets map()): they are dropped and recorded, but "
+                "the next run cannot leave them out; pass key_fn= (e.g. an id field)"
+            )
 
     def _failure_record(self, f: LoadFailure, head: dict[str, Any]) -> dict[str, Any]:
         where = f.where if self._stream is not None else self.paths(f.index)

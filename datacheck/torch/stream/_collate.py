@@ -149,8 +149,9 @@ class StreamCollate:
         failures, skipped = drain(), 0
         for item in items:
             kind = type(item)
-            if kind is Tagged:
-                sample, id = item.sample, item.id
+            if kind is Tagged:  # the user's key_fn, when given, names it instead
+                sample = item.sample
+                id = item.id if self.identify.key_fn is None else self.identify(sample)
             elif kind is Failed:
                 if self.exclude and self.exclude.holds(item.id):
                     skipped += 1  # quarantined already: not a new failure

@@ -17,6 +17,7 @@ No library module is imported unless the dataset comes from it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -25,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from datacheck.torch._identity import SampleId
-from datacheck.torch.stream._collate import Excluded, StreamFetched
+from datacheck.torch.stream._collate import Excluded, Identify, StreamFetched
 from datacheck.torch.stream._items import Skipped, Tagged, failure
-from datacheck.torch.stream._source import Hook
+from datacheck.torch.stream._source import Hook, Items
 
 Namer = Callable[[Any, Any], "SampleId | None"]
 """The identity of the sample ``dataset.__getitem__(arg)`` reads, from ``(dataset, arg)``; None
@@ -131,6 +132,17 @@ def hook_for(
         return GetItemHook(_mds_name, catch, excluded)
     if _from("litdata.streaming.dataset", "StreamingDataset", dataset):
         return GetItemHook(_litdata_name, catch, excluded, _litdata_alone)
+    return None
+
+
+def items_for(
+    dataset: Any, catch: tuple[type[BaseException], ...], excluded: Excluded, identify: Identify
+) -> Items | None:
+    """How to iterate ``dataset`` in its stead (None: as it iterates itself)."""
+    from datacheck.torch.stream._hf import hf_items, is_hf_iterable
+
+    if is_hf_iterable(dataset):
+        return functools.partial(hf_items, catch=catch, excluded=excluded, identify=identify)
     return None
 
 

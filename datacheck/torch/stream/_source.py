@@ -25,6 +25,8 @@ from datacheck.torch.stream._items import Failed, Tagged, failure
 
 Hook = Callable[[Any], Callable[[], None]]
 """Installs a library's hook on a dataset (in the process that iterates it); returns the undo."""
+Items = Callable[[Any], Iterator[Any]]
+"""Iterates a library's dataset in its stead, naming samples and reporting failures."""
 
 
 class StreamSource(IterableDataset[Any]):
@@ -34,7 +36,7 @@ class StreamSource(IterableDataset[Any]):
     ``worker_init_fn`` sets on ``get_worker_info().dataset``).
     """
 
-    _OWN = frozenset({"dataset", "catch", "hook", "identify"})
+    _OWN = frozenset({"dataset", "catch", "hook", "identify", "items"})
 
     def __init__(
         self,
@@ -42,19 +44,22 @@ class StreamSource(IterableDataset[Any]):
         catch: tuple[type[BaseException], ...],
         hook: Hook | None,
         identify: Identify,
+        items: Items | None = None,
     ) -> None:
         object.__setattr__(self, "dataset", dataset)
         object.__setattr__(self, "catch", catch)
         object.__setattr__(self, "hook", hook)
         object.__setattr__(self, "identify", identify)
+        object.__setattr__(self, "items", items)
 
     def __iter__(self) -> Iterator[Any]:
         undo = self.hook(self.dataset) if self.hook is not None else None
         try:
+            it = self.items(self.dataset) if self.items is not None else iter(self.dataset)
             if not self.catch:
-                yield from self.dataset
+                yield from it
             else:
-                yield from self._caught(iter(self.dataset))
+                yield from self._caught(it)
         finally:
             if undo is not None:
                 undo()

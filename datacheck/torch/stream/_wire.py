@@ -107,7 +107,8 @@ class StreamSide:
             loader.collate_fn, self.identify, rules_for, self.excluded, loader._auto_collation
         )
         if type(loader) is DataLoader:
-            source = StreamSource(loader.dataset, self.catch, hook, self.identify)
+            items = _hooks.items_for(loader.dataset, self.catch, self.excluded, self.identify)
+            source = StreamSource(loader.dataset, self.catch, hook, self.identify, items)
             object.__setattr__(out, "dataset", source)  # past DataLoader's guard on `dataset`
         elif hook is not None and loader.num_workers > 0:
             out.worker_init_fn = _WorkerInit(hook, loader.worker_init_fn)
