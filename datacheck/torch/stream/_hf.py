@@ -140,8 +140,8 @@ def hf_items(
 
 def _stored_id(make: Any, identify: Identify) -> SampleId | None:
     """``key_fn`` on the row a failed thunk was formatting, as stored (nothing decoded)."""
-    raw = make.args[0] if isinstance(make, functools.partial) and make.args else None
-    if hasattr(raw, "to_pylist"):
+    raw: Any = make.args[0] if isinstance(make, functools.partial) and make.args else None
+    if raw is not None and hasattr(raw, "to_pylist"):  # a one-row table
         raw = raw.to_pylist()[0]
     try:
         return identify(raw)
