@@ -141,6 +141,20 @@ def take(batch: Any, keep: list[int]) -> Any:
     return map_leaves(batch, _take)
 
 
+def row_of(batch: Any, pos: int) -> Any:
+    """Sample ``pos`` of a batch: every leaf with a first dimension at ``pos`` (dicts and lists
+    kept), what a ``key_fn`` or a content fingerprint of a batch's sample reads."""
+
+    def _row(_key: str, leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor | np.ndarray):
+            return leaf if leaf.ndim == 0 else leaf[pos]
+        if isinstance(leaf, _SEQUENCES):
+            return leaf[pos]
+        return leaf
+
+    return map_leaves(batch, _row)
+
+
 def to_device(batch: Any, device: torch.device | None, non_blocking: bool) -> Any:
     """Move every tensor leaf to ``device`` (no-op when None)."""
     if device is None:

@@ -72,8 +72,11 @@ class SampleEvidence:
             plan.events[0]["indices"] = [json_key(k) for k in as_sample_keys(indices)][:1000]
         if not named:
             return
-        plan.events[0]["samples"] = named[:1000]
+        plan.events[0]["samples"] = [{**s, "index": json_key(s["index"])} for s in named[:1000]]
         rows = quarantine_records(local, self._epoch, self._batch, self.world.rank)
+        if self.loader is not None:  # what names each sample across runs, as the loader knows
+            described = self.loader.describe([s["index"] for s in local])
+            rows = [{**r, **d} for r, d in zip(rows, described, strict=True)]
         if sure:
             self._name(rows, named)
         else:  # outliers: named once the next step shows the spike was isolated (not divergence)

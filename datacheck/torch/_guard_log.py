@@ -15,13 +15,7 @@ import torch
 
 from datacheck._jsonl import JsonlWriter, json_safe, read_records
 from datacheck.errors import UsageError
-from datacheck.torch._identity import (
-    SampleKey,
-    as_sample_key,
-    as_sample_keys,
-    json_key,
-    record_fields,
-)
+from datacheck.torch._identity import SampleKey, as_sample_key, as_sample_keys, record_fields
 from datacheck.torch._quarantine import QuarantineWriter
 
 __all__ = [
@@ -118,8 +112,7 @@ def name_samples(
         return []
     values = sample_losses.detach().float().reshape(-1).tolist()
     idx = as_sample_keys(indices) if indices is not None else []
-    names: list[Any] = [json_key(k) for k in idx] if len(idx) == len(values) else []
-    names = names or list(range(len(values)))
+    names: list[Any] = idx if len(idx) == len(values) else list(range(len(values)))
     bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
     if bad:
         return [{"index": names[i], "check": "nonfinite_loss", "loss": values[i]} for i in bad]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from datacheck.checks._spike import GRAD_NORM, LOSS, SpikeConfig
 from datacheck.errors import DatacheckError, UsageError
@@ -192,3 +192,7 @@ class ExcludingLoader(Protocol):
     """The position in the epoch of the batch last yielded (the manifest's ``step``)."""
 
     def exclude(self, indices: Iterable[SampleKey]) -> None: ...
+
+    def describe(self, names: Sequence[SampleKey]) -> list[dict[str, Any]]:
+        """The quarantine fields naming each sample (index, sample, source, dataset)."""
+        ...

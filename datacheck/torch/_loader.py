@@ -2,39 +2,38 @@
 
 How a batch's dataset indices are known without touching the Dataset: see
 :mod:`._loader_batches` (a recorded batch sampler, matched in order). How a sample that raises
-while loading becomes a ``load_error`` instead of the end of the run: see :mod:`._fetch`.
-This module is the loop: unpack each fetched batch, check it, judge it against ``drop_on``,
-quarantine, and yield what is left; under DDP the ranks agree on skips and exclusions.
+while loading becomes a ``load_error`` instead of the end of the run: see :mod:`._fetch`. How a
+stream (no indices) is wired and its samples named: :mod:`datacheck.torch.stream`. What names a
+map-style sample across runs: :mod:`._map_identity`. The pass over the batches (check, judge,
+quarantine, drop; the ranks' agreement): :mod:`._loader_run`. This module is the face: the
+wiring, the exclusions, the records and the logs.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from torch.utils.data import DataLoader
 
 from datacheck.checks._registry import LOAD_ERROR
-from datacheck.errors import BadSampleError, UsageError
+from datacheck.errors import UsageError
 from datacheck.torch import _loader_batches as _b
 from datacheck.torch import _loader_shard as _s
 from datacheck.torch._checks import (
     LeafRules,
-    PendingCheck,
     SampleFinding,
-    launch_check,
-    take,
-    worker_check,
+    row_of,
 )
-from datacheck.torch._checks import to_device as _to_device
 from datacheck.torch._fetch import Fetched, GuardedCollate, LoadFailure, SafeDataset
-from datacheck.torch._identity import SampleId, record_fields
-from datacheck.torch._loader_config import LoaderConfig, LoaderStats, as_index_set, over_budget
-from datacheck.torch._quarantine import QuarantineWriter, quarantined_ids, quarantined_indices
+from datacheck.torch._identity import record_fields
+from datacheck.torch._loader_config import LoaderConfig, LoaderStats, as_index_set
+from datacheck.torch._loader_run import EpochRun, Job, named_as, show
+from datacheck.torch._map_identity import MapIdentity, Match, Skips, plan_skips
+from datacheck.torch._quarantine import QuarantineWriter, quarantined_ids, read_quarantine
 from datacheck.torch._sample_paths import SamplePaths, resolve_exclude
 from datacheck.torch.stream._collate import Excluded, batch_ids
 from datacheck.torch.stream._wire import StreamSide, is_stream, stream_ids
@@ -44,16 +43,6 @@ logger = logging.getLogger("datacheck.torch")
 YIELDED_KEPT = 256
 """Batches whose indices :meth:`GuardedLoader.take_indices` keeps for a trainer (a bound: a loop
 that never takes them holds no more)."""
-
-
-@dataclass
-class _Job:
-    step: int
-    indices: list[Any]
-    """Dataset indices of the batch's rows (those that loaded); a stream's SampleIds."""
-    batch: Any = None
-    check: PendingCheck | None = None
-    failures: tuple[LoadFailure, ...] = ()
 
 
 class GuardedLoader:
@@ -95,6 +84,7 @@ class GuardedLoader:
         """The rules run on a batch leaf: ``rules_for(key, dtype)`` (None: not checked)."""
         self.in_workers = self._checks_in_workers(loader)
         self._stream: StreamSide | None = None
+        self._match: Match | None = None
         self._unshared: set[Any] = set()  # excluded here since the ranks last agreed
         if is_stream(loader):
             self._init_stream(loader)
@@ -112,9 +102,12 @@ class GuardedLoader:
         cfg = self.config
         self.paths = SamplePaths(loader.dataset, cfg.path_of)
         """The file of each dataset index, when the dataset lists them (``paths(i)``)."""
-        self._exclude: Any = resolve_exclude(cfg.exclude, self.paths)
-        self._exclude |= self._previously_quarantined()
+        self.identity = MapIdentity(loader.dataset, self.paths, cfg.key_fn)
+        """What names each sample across runs (records' ``source``/``sample``/``dataset``)."""
+        skips = self._previously_quarantined()
+        self._exclude: Any = resolve_exclude(cfg.exclude, self.paths) | skips.indices
         self._late: Any = set()  # excluded this epoch: batches already drawn drop them
+        self._match = Match(cfg.key_fn, skips.keys, skips.contents)
         self._dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
         self._collate = GuardedCollate(
             loader.collate_fn, self.rules_for if self.in_workers else None
@@ -204,6 +197,11 @@ class GuardedLoader:
         self._late |= new
         self._unshared |= new
 
+    def describe(self, names: Sequence[Any]) -> list[dict[str, Any]]:
+        """The quarantine fields naming each of ``names`` (``batch_indices`` entries) so a
+        record written by someone else (TrainingGuard) survives the dataset changing."""
+        return [self._names(n, None) for n in names]
+
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the manifest and of the sampler (a DistributedSampler's order).
 
@@ -274,7 +272,7 @@ class GuardedLoader:
             self.epoch += 1
         self._epoch_set = False
         self._yielded.clear()
-        run = _EpochRun(self, rank, size)
+        run = EpochRun(self, rank, size)
         if run.share:
             self._take_shared(_b.share(self._unshared))
         if not self._persistent_workers():
@@ -342,13 +340,18 @@ class GuardedLoader:
         self._late |= new
         self._unshared.clear()
 
-    def _previously_quarantined(self) -> set[int]:
+    def _previously_quarantined(self) -> Skips:
         folder = self.config.quarantine
         if folder is None or not self.config.skip_quarantined:
-            return set()
-        found = quarantined_indices(folder)
-        if found:
-            logger.info("skipping %d dataset indices quarantined in %s", len(found), folder)
+            return Skips()
+        found = plan_skips(read_quarantine(folder), self.identity, folder)
+        if found.indices or found.keys or found.contents:
+            logger.info(
+                "skipping %d dataset indices (and %d samples by key or content) quarantined in %s",
+                len(found.indices),
+                len(found.keys) + len(found.contents),
+                folder,
+            )
         return found
 
     def _plan(self, world: tuple[int, int]) -> _s.Draw:
@@ -393,7 +396,7 @@ class GuardedLoader:
                     )
         return bad
 
-    def _record(self, job: _Job, findings: list[SampleFinding], rank: int) -> list[Any]:
+    def _record(self, job: Job, findings: list[SampleFinding], rank: int) -> list[Any]:
         """Quarantine the bad and unloadable samples of a batch; returns their names (dataset
         indices; a stream's identities, None where the pipeline names none), one per sample."""
         rows = sorted({f.pos for f in findings})
@@ -413,7 +416,7 @@ class GuardedLoader:
                 self._writer = QuarantineWriter(self.config.quarantine, rank, self.config.fsync)
             now = datetime.now(timezone.utc).isoformat()
             head = {"rank": rank, "epoch": self.epoch, "step": job.step, "time": now}
-            records = [_finding_record(job.indices[f.pos], f, head) for f in findings]
+            records = [self._finding_record(job, f, head) for f in findings]
             records += [self._failure_record(f, head) for f in job.failures]
             self._writer.write(records)
         self._log(job, findings, bad, rank)
@@ -428,10 +431,30 @@ class GuardedLoader:
                 "the next run cannot leave them out; pass key_fn= (e.g. an id field)"
             )
 
+    def _names(self, name: Any, row: Any) -> dict[str, Any]:
+        """The identity fields of a record: a stream's name; a map sample's index, its file and
+        row (or key, or content fingerprint of its ``row`` of the batch) and the dataset's
+        fingerprint."""
+        if self._stream is not None or name is None:
+            return _names(name)
+        return {"index": int(name), **self.identity.fields(int(name), row)}
+
+    def _finding_record(self, job: Job, f: SampleFinding, head: dict[str, Any]) -> dict[str, Any]:
+        row = row_of(job.batch, f.pos) if self._stream is None else None
+        return {
+            **self._names(job.indices[f.pos], row),
+            "check": f.check,
+            "severity": f.severity.value,
+            "key": f.key,
+            "value": f.value,
+            "count": f.count,
+            **head,
+        }
+
     def _failure_record(self, f: LoadFailure, head: dict[str, Any]) -> dict[str, Any]:
         where = f.where if self._stream is not None else self.paths(f.index)
         return {
-            **_names(f.index),
+            **self._names(f.index, None),
             "check": LOAD_ERROR.name,
             "severity": LOAD_ERROR.severity.value,
             "key": where,
@@ -440,7 +463,7 @@ class GuardedLoader:
             **head,
         }
 
-    def _log(self, job: _Job, findings: list[SampleFinding], bad: list[Any], rank: int) -> None:
+    def _log(self, job: Job, findings: list[SampleFinding], bad: list[Any], rank: int) -> None:
         if job.failures:
             f = job.failures[0]
             where = self._where(f)
@@ -452,7 +475,7 @@ class GuardedLoader:
                 len(job.failures),
                 "samples" if self._stream is not None else "dataset indices",
                 [show(x.index) for x in job.failures][:20],
-                _named(self, f.index),
+                named_as(self, f.index),
                 f" {where!r}" if where else "",
                 f.error,
             )
@@ -476,186 +499,7 @@ class GuardedLoader:
         return f.where if self._stream is not None else self.paths(f.index)
 
 
-def show(name: Any) -> Any:
-    """A sample's name as logs and messages show it ("?": a stream sample without one)."""
-    if name is None:
-        return "?"
-    return str(name) if isinstance(name, SampleId) else name
-
-
-def _named(g: GuardedLoader, name: Any) -> str:
-    """``index 7`` (map-style) or ``sample 'key'`` (a stream)."""
-    return f"sample {show(name)!r}" if g._stream is not None else f"index {name}"
-
-
 def _names(name: Any) -> dict[str, Any]:
     if name is None:
         return {"index": None, "sample": None, "source": None}
     return record_fields(name)
-
-
-def _finding_record(name: Any, f: SampleFinding, head: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **_names(name),
-        "check": f.check,
-        "severity": f.severity.value,
-        "key": f.key,
-        "value": f.value,
-        "count": f.count,
-        **head,
-    }
-
-
-class _EpochRun:
-    """One pass over the loader: the queue of launched checks, resolved in sampler order."""
-
-    def __init__(self, guard: GuardedLoader, rank: int, world: int) -> None:
-        cfg = guard.config
-        self.guard, self.cfg, self.rank = guard, cfg, rank
-        auto = (
-            world > 1 and cfg.on_bad != "raise" and not (cfg.on_bad == "drop" and cfg.allow_empty)
-        )
-        self.coordinate = auto if cfg.coordinate is None else cfg.coordinate
-        self.share = world > 1 and cfg.coordinate is not False
-        """Share exclusions across ranks (at epoch start; per batch when coordinating)."""
-        self.queue: deque[_Job] = deque()
-        self.step = 0
-
-    def push(self, indices: list[int] | None, fetched: Fetched | None) -> None:
-        """Queue a batch and launch its check (None: a batch the sampler emptied)."""
-        job = _Job(self.step, indices or [])
-        if fetched is not None:
-            batch, flags, keys, failures = fetched
-            if failures:
-                failed = {f.pos for f in failures}
-                job.failures = failures
-                job.indices = [i for p, i in enumerate(job.indices) if p not in failed]
-            if batch is not None:
-                n, rules_for = len(job.indices), self.guard.rules_for
-                job.batch = _to_device(batch, self.cfg.device, self.cfg.non_blocking)  # type: ignore[arg-type]
-                if self.guard.in_workers:
-                    job.check = worker_check(job.batch, n, flags, keys, rules_for)
-                else:
-                    job.check = launch_check(job.batch, n, rules_for)
-        self.queue.append(job)
-        self.step += 1
-
-    def drain(self, lag: int) -> Iterator[Any]:
-        """Resolve queued jobs in order, leaving at most ``lag`` batches in flight."""
-        while self.queue and (
-            self.queue[0].check is None or sum(j.check is not None for j in self.queue) > lag
-        ):
-            out = self._resolve(self.queue.popleft())
-            if out is not None:
-                yield out
-
-    def _agree(self, skip: bool, stop: bool) -> tuple[bool, bool]:
-        """Skip and stop if any rank does; share pending exclusions (coordinated runs only)."""
-        if not self.coordinate:
-            return skip, stop
-        skip, stop, pending = _b.agree(skip, stop, bool(self.guard._unshared))
-        if pending:
-            self.guard._take_shared(_b.share(self.guard._unshared))
-        return skip, stop
-
-    def _resolve(self, job: _Job) -> Any:
-        g, stats = self.guard, self.guard.stats
-        findings = job.check.result() if job.check is not None else []
-        n = len(job.indices)
-        if job.batch is not None:
-            stats.batches += 1
-            stats.checked += n
-        clean = not findings and not job.failures and not g._late
-        if clean and job.batch is not None and not self.coordinate:
-            return self._yield(job, job.batch)  # the common case, kept lean
-        if job.batch is None and not job.failures:  # the sampler emptied it
-            self._agree(True, False)
-            return None
-        return self._settle(job, g._judge(findings) if findings else [])
-
-    def _settle(self, job: _Job, findings: list[SampleFinding]) -> Any:
-        """A batch with something to act on: quarantine, drop or skip, agree across ranks."""
-        g, stats, cfg = self.guard, self.guard.stats, self.cfg
-        n = len(job.indices)
-        bad = g._record(job, findings, self.rank) if findings or job.failures else []
-        stats.bad += len(bad)
-        stats.load_errors += len(job.failures)
-        if bad and cfg.on_bad == "raise":
-            raise BadSampleError(_raise_message(g, job, findings, bad), tuple(bad))
-        drop = {f.pos for f in findings}
-        late = {p for p, i in enumerate(job.indices) if i in g._late} - drop if g._late else set()
-        keep = [p for p in range(n) if p not in drop and p not in late]
-        empty = job.batch is None or (not keep and not cfg.allow_empty)
-        stop = over_budget(
-            cfg.max_load_errors, stats.load_errors, stats.checked + stats.load_errors
-        )
-        skip, stop = self._agree(bool(bad) if cfg.on_bad == "skip_batch" else empty, stop)
-        if stop:
-            raise BadSampleError(_budget_message(g, job), tuple(f.index for f in job.failures))
-        stats.dropped += len(bad)
-        stats.excluded += len(late)
-        if skip:
-            stats.skipped_batches += 1
-            stats.skipped_samples += len(keep)
-            return None
-        return self._yield(job, take(job.batch, keep) if len(keep) < n else job.batch, keep)
-
-    def _yield(self, job: _Job, batch: Any, keep: list[int] | None = None) -> Any:
-        g = self.guard
-        g.batch_indices = job.indices if keep is None else [job.indices[p] for p in keep]
-        g.step = job.step
-        g.stats.yielded += len(g.batch_indices)
-        g._yielded.append(g.batch_indices)
-        return batch
-
-
-def _raise_message(
-    g: GuardedLoader, job: _Job, findings: list[SampleFinding], bad: list[Any]
-) -> str:
-    parts = []
-    if findings:
-        what = ", ".join(sorted({f"{f.check} in {f.key!r}" for f in findings}))
-        parts.append(f"bad values ({what})")
-    stream = g._stream is not None
-    if job.failures:
-        f = job.failures[0]
-        where = g._where(f)
-        parts.append(
-            f"{len(job.failures)} failed to load ({_named(g, f.index)}"
-            + (f", {'at' if stream else 'file'} {where!r}" if where else "")
-            + f": {f.error})"
-        )
-    names = "samples" if stream else "dataset indices"
-    text = (
-        f"batch {job.step} holds {len(bad)} bad sample(s), {names} "
-        f"{[show(b) for b in bad[:50]]}: "
-        f"{'; '.join(parts)}. They are quarantined and will be skipped on the next run. Use "
-        "on_bad='drop' to train on without them."
-    )
-    if job.failures:
-        text += f"\nWhere the first one raised:\n{job.failures[0].trace}"
-    return text
-
-
-def _budget_message(g: GuardedLoader, job: _Job) -> str:
-    s, budget = g.stats, g.config.max_load_errors
-    seen = s.checked + s.load_errors
-    if not job.failures and s.load_errors <= (budget or 0):
-        return "another rank stopped: it had more load errors than max_load_errors allows"
-    last = job.failures[-1] if job.failures else None
-    where = g._where(last) if last else None
-    limit = f"{budget:.2%} of the samples seen" if isinstance(budget, float) else f"{budget}"
-    return (
-        f"{s.load_errors} of {seen} samples seen failed to load, over max_load_errors "
-        f"({limit}); the last: "
-        + (
-            f"{_named(g, last.index)}{f' ({where})' if where else ''}: {last.error}"
-            if last
-            else "?"
-        )
-        + ". So many failures usually mean the data itself is unreachable (an unmounted or "
-        "stale network volume, a moved folder, missing permissions), not a few bad files. "
-        "Fix the data and rerun (the quarantine keeps the failed indices: delete its "
-        "load_error records if they were not really bad), or raise max_load_errors (None: no "
-        "limit)."
-    )

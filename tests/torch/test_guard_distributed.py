@@ -129,7 +129,7 @@ def _train(guard, ddp, opt, rank: int, mode: str, record: dict) -> None:
 
 
 class _Excluded:
-    """The guard's seam to GuardedLoader: ``epoch`` and ``exclude(indices)``."""
+    """The guard's seam to GuardedLoader: ``epoch``, ``exclude(indices)``, ``describe``."""
 
     def __init__(self) -> None:
         self.epoch = self.step = 0
@@ -137,6 +137,9 @@ class _Excluded:
 
     def exclude(self, indices) -> None:
         self.excluded.update(indices)
+
+    def describe(self, names) -> list[dict]:
+        return [{} for _ in names]
 
 
 def _copy(module: torch.nn.Module) -> torch.nn.Module:
