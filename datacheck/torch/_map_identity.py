@@ -9,8 +9,9 @@ refers to:
   the row of its table, through ``select``/``shuffle`` indices); else the user's ``key_fn`` on
   the sample's row of its batch (``sample``, no source); else a fingerprint of that row's values
   (``sample`` = ``content:<blake2b>``; samples that loaded, whose values repeat run to run);
-- ``dataset``: the dataset's fingerprint: its length, a hash of its file list or its Hugging Face
-  ``_fingerprint``.
+- ``dataset``: the dataset's fingerprint: its length, and a hash of its file list, or its Hugging
+  Face ``_fingerprint``, or (a dataset that lists nothing) a hash of its first, middle and last
+  samples read under fixed seeds (a reordered or edited dataset of the same length differs).
 
 The next run compares fingerprints. The same dataset: indices are used as they are. Another:
 each record is mapped by its identity (a file and row to today's index; a key or a content
@@ -112,8 +113,33 @@ class MapIdentity:
                 for i in range(len(self.dataset)):
                     h.update(os.fsencode(self.paths(i) or "") + b"\0")
                 parts.append(f"files={h.hexdigest()}")
+            else:
+                parts.append(f"probe={self._probe()}")
             self._fingerprint = " ".join(parts)
         return self._fingerprint
+
+    def _probe(self) -> str:
+        """A hash of the first, middle and last samples (a dataset that lists nothing: its
+        order and content), read here under fixed seeds so random augmentation repeats."""
+        import random
+
+        n = len(self.dataset)
+        h = hashlib.blake2b(digest_size=8)
+        state = random.getstate(), np.random.get_state()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                for i in sorted({0, n // 2, n - 1} - {-1}):
+                    torch.manual_seed(i)
+                    random.seed(i)
+                    np.random.seed(i)
+                    h.update(content_key(self.dataset[i]).encode())
+        except Exception as exc:  # cannot be read here (a worker-only handle): length only
+            logger.debug("dataset probe failed: %s", exc)
+            return "none"
+        finally:
+            random.setstate(state[0])
+            np.random.set_state(state[1])
+        return h.hexdigest()
 
     def site(self, index: int) -> tuple[str, str] | None:
         """(file, row) of ``index`` where the dataset exposes it."""

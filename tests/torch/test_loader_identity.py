@@ -80,7 +80,10 @@ def test_a_reordered_dataset_without_files_matches_by_content_and_skips_no_clean
     )
     assert sorted(labels_of(first)) == sorted(set(range(40)) - {5, 23})
     rec = read_quarantine(q)
-    assert rec["sample"].str.startswith("content:").all() and rec["dataset"].eq("n=40").all()
+    assert (
+        rec["sample"].str.startswith("content:").all()
+        and rec["dataset"].str.match(r"n=40 probe=[0-9a-f]{16}$").all()
+    )
     # another order and more rows: index 23 is now another sample. drop_on="error" would keep
     # the extreme one: only its content fingerprint leaves it out
     ids = list(range(45))[::-1]
@@ -116,7 +119,7 @@ def test_a_changed_dataset_whose_records_name_only_an_index_is_refused_with_what
     with pytest.raises(UsageError) as err:
         GuardedLoader(DataLoader(Rows(list(range(42))), batch_size=8), quarantine=q)
     text = str(err.value)
-    assert "1 record(s) (e.g. index 11)" in text and "(n=40; now n=42)" in text
+    assert "1 record(s) (e.g. index 11)" in text and "(n=40 probe=" in text and "now n=42" in text
     assert "path_of=" in text and "skip_quarantined=False" in text
     # the same dataset again: by index, as written
     same = GuardedLoader(
@@ -124,6 +127,19 @@ def test_a_changed_dataset_whose_records_name_only_an_index_is_refused_with_what
     )
     assert sorted(labels_of(same)) == sorted(set(range(40)) - {5, 11})
     assert same.stats.load_errors == 0
+
+
+def test_a_reordered_dataset_of_the_same_length_is_seen_to_have_changed(tmp_path):
+    """Same length, other order: index 11 is another sample now. The probe (first, middle and
+    last samples) tells, so the load error's index-only record is refused, not trusted."""
+    q = tmp_path / "q"
+    labels_of(
+        GuardedLoader(
+            DataLoader(Rows(list(range(40)), unreadable=True), batch_size=8), quarantine=q
+        )
+    )
+    with pytest.raises(UsageError, match="another dataset"):
+        GuardedLoader(DataLoader(Rows(list(range(40))[::-1]), batch_size=8), quarantine=q)
 
 
 def test_records_of_an_older_datacheck_are_used_by_index(tmp_path):
@@ -163,3 +179,25 @@ def test_a_shuffled_hf_dataset_skips_the_same_rows_of_its_arrow_file(tmp_path):
     again = GuardedLoader(DataLoader(shuffled, batch_size=8), quarantine=q)
     assert sorted(labels_of(again)) == sorted(set(range(40)) - {5})
     assert again.stats.bad == 0 and again.stats.excluded == 1
+
+
+def test_the_probe_repeats_under_random_augmentation_and_leaves_the_rngs_as_they_were():
+    from datacheck.torch._map_identity import MapIdentity
+    from datacheck.torch._sample_paths import SamplePaths
+
+    class Noisy(Dataset):
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            return torch.rand(4) + i
+
+    def fingerprint() -> str:
+        return MapIdentity(Noisy(), SamplePaths(None, None)).fingerprint()
+
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    first = fingerprint()
+    assert torch.rand(1) == before  # the caller's stream of random numbers is untouched
+    assert fingerprint() == first and "probe=none" not in first
