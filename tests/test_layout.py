@@ -188,6 +188,12 @@ PUBLIC_FACES = {
     ],
     "datacheck.torch.integrations.hf": ["GuardedTrainer"],
     "datacheck.torch.integrations.lightning": ["GuardCallback"],
+    "datacheck.torch.stream": [
+        "quarantined_keys",
+        "report_errors",
+        "reporting",
+        "skip_quarantined",
+    ],
 }
 
 
