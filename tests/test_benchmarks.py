@@ -205,3 +205,22 @@ def test_producers_benchmark_smoke_run(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "results" / "producers.json").read_text())
     assert set(doc["results"]) == {"mds", "litdata", "wds"}
     assert all(fam["scan"]["samples"] == 300 for fam in doc["results"].values())
+
+
+@pytest.mark.slow
+def test_streams_benchmark_smoke_run_every_stack(tmp_path: Path) -> None:
+    env = {**os.environ, "DATACHECK_BENCH_RESULTS": str(tmp_path / "results")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH.parent), env.get("PYTHONPATH", "")])
+    args = ["--payloads", "tokens", "--batches", "2", "--epochs", "1", "--rounds", "1"]
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_streams.py"), *args, "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((tmp_path / "results" / "streams.json").read_text())
+    stacks = [row[0] for row in doc["table"]["rows"]]
+    assert stacks == ["generic", "webdataset", "hf", "mosaic", "litdata", "nodes"]
+    assert all(row[4] > 0 for row in doc["table"]["rows"])
