@@ -260,7 +260,7 @@ class GuardedLoader:
             self._writer = None
 
     def __iter__(self) -> Iterator[Any]:
-        if self._stream is not None and self._stream.stages:
+        if self._stream is not None and (self._stream.stages or self._stream.repetitions != 1):
             return self._staged()
         return self._epoch()
 
@@ -320,7 +320,7 @@ class GuardedLoader:
     def _staged(self) -> Iterator[Any]:
         """WebLoader's stages after its DataLoader, on the guarded batches."""
         assert self._stream is not None
-        for batch in self._stream.staged(self._epoch()):
+        for batch in self._stream.passes(self._epoch):
             self.batch_indices = batch_ids(batch)
             yield batch
 

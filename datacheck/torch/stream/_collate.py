@@ -146,7 +146,7 @@ class StreamCollate:
             return self._prebatched(items)
         samples: list[Any] = []
         ids: list[SampleId | None] = []
-        failures, skipped = drain(), 0
+        failures, skipped = self._reported()
         for item in items:
             kind = type(item)
             if kind is Tagged:  # the user's key_fn, when given, names it instead
@@ -171,16 +171,25 @@ class StreamCollate:
         batch = self.collate(samples) if samples else None
         return self._fetched(ids, batch, failures, skipped, len(items))
 
+    def _reported(self) -> tuple[list[Failed], int]:
+        """Failures a handler reported here since the last batch; known ones count as skipped
+        (a WebDataset that reads the quarantined sample again reports it again)."""
+        reported = drain()
+        if not (reported and self.exclude):
+            return reported, 0
+        new = [f for f in reported if not self.exclude.holds(f.id)]
+        return new, len(reported) - len(new)
+
     def _prebatched(self, item: Any) -> StreamFetched:
-        failures = drain()
+        failures, skipped = self._reported()
         if type(item) is Failed:
             if self.exclude and self.exclude.holds(item.id):
-                return StreamFetched([], None, None, [], tuple(failures), 1, 1)
-            return StreamFetched([], None, None, [], (*failures, item), 0, 1)
+                return StreamFetched([], None, None, [], tuple(failures), skipped + 1, 1)
+            return StreamFetched([], None, None, [], (*failures, item), skipped, 1)
         if type(item) is Tagged:
             item = item.sample
         batch = self.collate(item)
-        return self._fetched(batch_ids(batch), batch, failures, 0, 1)
+        return self._fetched(batch_ids(batch), batch, failures, skipped, 1)
 
     def _fetched(
         self,

@@ -100,6 +100,9 @@ class StreamSource(IterableDataset[Any]):
         after = f", after {_name(id)}" if id is not None else ""
         return f"{worker}, item {n} of its stream{after}"
 
+    def __len__(self) -> int:
+        return len(self.dataset)  # TypeError where the dataset has no length, as unwrapped
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in self._OWN:
             raise AttributeError(name)

@@ -16,6 +16,7 @@ guarded and the stages run on the batches it yields. ``torchdata.nodes`` loaders
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -88,6 +89,7 @@ class StreamSide:
         self.excluded, self.identify, self.catch = excluded, Identify(key_fn), catch
         self.stats = stats
         self.stages: list[Any] = []
+        self.repetitions, self.nsamples = 1, -1
         self._main_hook: Hook | None = None
         self._nodes: Any = None
         if _hooks.is_nodes_loader(loader):
@@ -95,7 +97,8 @@ class StreamSide:
             self.loader: Any = loader
             return
         stages = _hooks.web_loader_stages(loader)
-        if stages is not None:
+        if stages is not None:  # its .repeat() / .with_epoch(n) too
+            self.repetitions, self.nsamples = loader.repetitions, loader.nsamples
             loader, self.stages = stages[0], stages[1:]
         self.loader = self._wire(loader, rules_for)
 
@@ -133,8 +136,18 @@ class StreamSide:
                         "not make; build the loader with its collate_fn before wrapping it"
                     )
                 self.stats.excluded += out.skipped
-                yield out.ids, Fetched(out.batch, out.flags, out.keys, _failures(out.failures))
+                failures = self._new(out.failures)
+                yield out.ids, Fetched(out.batch, out.flags, out.keys, _failures(failures))
                 _hooks.after_batch(self.loader, out)
+
+    def _new(self, failures: tuple[Failed, ...]) -> tuple[Failed, ...]:
+        """Failures not already excluded (a worker started before they were found reports
+        them again); those count as excluded."""
+        if not failures or not self.excluded:
+            return failures
+        new = tuple(f for f in failures if not self.excluded.holds(f.id))
+        self.stats.excluded += len(failures) - len(new)
+        return new
 
     @contextmanager
     def _hooked(self) -> Iterator[None]:
@@ -152,10 +165,29 @@ class StreamSide:
             dataset.set_epoch(epoch)
 
     def staged(self, batches: Iterable[Any]) -> Iterable[Any]:
-        """WebLoader's stages after its DataLoader, run on the guarded batches."""
+        """WebLoader's stages after its DataLoader, run on the guarded batches (as
+        ``DataPipeline.invoke`` runs them)."""
         for stage in self.stages:
-            batches = stage(batches) if callable(stage) else stage.run(batches)
+            batches = stage.run(batches) if hasattr(stage, "run") else stage(batches)
         return batches
+
+    def passes(self, epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """WebLoader's repetitions of the staged epochs, cut at ``with_epoch``'s count (as
+        ``DataPipeline.__iter__``)."""
+
+        def repeated() -> Iterator[Any]:
+            for _ in range(self.repetitions):
+                count = 0
+                for batch in self.staged(epoch()):
+                    count += 1
+                    yield batch
+                if count == 0:
+                    return
+
+        it = repeated()
+        if self.repetitions != 1 and self.nsamples > 0:
+            return itertools.islice(it, self.nsamples)
+        return it
 
 
 def _failures(items: tuple[Failed, ...]) -> tuple[LoadFailure, ...]:

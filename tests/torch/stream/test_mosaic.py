@@ -76,6 +76,7 @@ def test_mds_bad_samples_dropped_in_their_batch_named_by_shard_and_row(
     q = tmp_path / "q"
     dl = make(dataset(folder), batch_size=BATCH, num_workers=workers)
     loader = GuardedLoader(dl, quarantine=q, fits="fp16")
+    assert len(loader) == len(dl) == N // BATCH  # the dataset's length comes through
     epoch = run_epoch(loader, image="x")
     assert_clean_once(epoch)
     rec = assert_recorded(q, {i: ids[i][1] for i in range(N)})

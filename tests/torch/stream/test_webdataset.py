@@ -150,3 +150,13 @@ def test_web_loader_with_rebatching_stages_after_the_guarded_dataloader(tmp_path
     for _, labels, ids in epoch.batches:  # batch_indices follow the rebatched rows
         assert [i.sample for i in ids] == [f"s{i:05d}" for i in labels]
     assert all(isinstance(b, torch.Tensor) for b in [torch.as_tensor(epoch.labels)])
+
+
+def test_web_loader_with_epoch_repeats_and_cuts_as_webdataset_does(tmp_path):
+    urls = write_shards(tmp_path / "shards", list(range(N)))
+    web = wds.WebLoader(dataset(urls), batch_size=BATCH, num_workers=0).with_epoch(9)
+    loader = GuardedLoader(web, quarantine=tmp_path / "q", fits="fp16")
+    labels = [[int(c) for c in batch["cls"]] for batch in loader]
+    assert len(labels) == 9  # one pass is 5 batches: WebDataset repeats, then cuts at 9
+    assert not {i for b in labels for i in b} & set(BAD)
+    assert len(read_quarantine(tmp_path / "q")) == len(BAD)  # each found once
