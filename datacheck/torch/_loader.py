@@ -102,10 +102,11 @@ class GuardedLoader:
         cfg = self.config
         self.paths = SamplePaths(loader.dataset, cfg.path_of)
         """The file of each dataset index, when the dataset lists them (``paths(i)``)."""
-        self.identity = MapIdentity(loader.dataset, self.paths, cfg.key_fn)
+        excluded = resolve_exclude(cfg.exclude, self.paths)
+        self.identity = MapIdentity(loader.dataset, self.paths, cfg.key_fn, set(excluded))
         """What names each sample across runs (records' ``source``/``sample``/``dataset``)."""
         skips = self._previously_quarantined()
-        self._exclude: Any = resolve_exclude(cfg.exclude, self.paths) | skips.indices
+        self._exclude: Any = excluded | skips.indices
         self._late: Any = set()  # excluded this epoch: batches already drawn drop them
         self._match = Match(cfg.key_fn, skips.keys, skips.contents)
         self._dataset = SafeDataset(loader.dataset, cfg.load_errors) if cfg.load_errors else None
@@ -344,7 +345,9 @@ class GuardedLoader:
         folder = self.config.quarantine
         if folder is None or not self.config.skip_quarantined:
             return Skips()
-        found = plan_skips(read_quarantine(folder), self.identity, folder)
+        records = read_quarantine(folder)
+        self.identity.avoid |= {int(i) for i in records["index"].dropna()}
+        found = plan_skips(records, self.identity, folder)
         if found.indices or found.keys or found.contents:
             logger.info(
                 "skipping %d dataset indices (and %d samples by key or content) quarantined in %s",

@@ -97,6 +97,8 @@ class MapIdentity:
     dataset: Any
     paths: SamplePaths
     key_fn: Callable[[Any], Any] | None = None
+    avoid: set[int] = field(default_factory=set)
+    """Indices the probe must not read (quarantined or excluded: they may not load)."""
     _fingerprint: str | None = None
     _by_site: dict[tuple[str, str], int] | None = None
     _rows: dict[int, str] = field(default_factory=dict)
@@ -119,27 +121,35 @@ class MapIdentity:
         return self._fingerprint
 
     def _probe(self) -> str:
-        """A hash of the first, middle and last samples (a dataset that lists nothing: its
-        order and content), read here under fixed seeds so random augmentation repeats."""
+        """``i:hash`` of the first, middle and last samples (a dataset that lists nothing: its
+        order and content), read here under fixed seeds so random augmentation repeats; a
+        sample in ``avoid`` (quarantined, excluded) is not read (``i:-``), nor one that fails
+        to load here (``i:!``, e.g. a handle only a worker opens)."""
         import random
 
         n = len(self.dataset)
-        h = hashlib.blake2b(digest_size=8)
+        parts = []
         state = random.getstate(), np.random.get_state()
         try:
             with torch.random.fork_rng(devices=[]):
                 for i in sorted({0, n // 2, n - 1} - {-1}):
-                    torch.manual_seed(i)
-                    random.seed(i)
-                    np.random.seed(i)
-                    h.update(content_key(self.dataset[i]).encode())
-        except Exception as exc:  # cannot be read here (a worker-only handle): length only
-            logger.debug("dataset probe failed: %s", exc)
-            return "none"
+                    parts.append(f"{i}:{self._probe_one(i, random)}")
         finally:
             random.setstate(state[0])
             np.random.set_state(state[1])
-        return h.hexdigest()
+        return ",".join(parts)
+
+    def _probe_one(self, i: int, random: Any) -> str:
+        if i in self.avoid:
+            return "-"
+        torch.manual_seed(i)
+        random.seed(i)
+        np.random.seed(i)
+        try:
+            return content_key(self.dataset[i])[len(CONTENT) : len(CONTENT) + 16]
+        except Exception as exc:
+            logger.debug("dataset probe: sample %d did not load here: %s", i, exc)
+            return "!"
 
     def site(self, index: int) -> tuple[str, str] | None:
         """(file, row) of ``index`` where the dataset exposes it."""
@@ -227,7 +237,9 @@ def plan_skips(records: pd.DataFrame, identity: MapIdentity, folder: Any) -> Ski
         return out
     now = identity.fingerprint()
     stamp = rows["dataset"]
-    same = stamp.isna() | (stamp == now)
+    same = pd.Series(
+        [pd.isna(t) or same_dataset(str(t), now) for t in stamp], index=rows.index, dtype=bool
+    )
     out.indices |= {int(i) for i in rows.loc[same, "index"]}
     if stamp.isna().any():
         logger.info(
@@ -253,6 +265,28 @@ def plan_skips(records: pd.DataFrame, identity: MapIdentity, folder: Any) -> Ski
     if lost:
         raise UsageError(_changed_message(folder, lost, now, identity.key_fn is not None))
     return out
+
+
+def same_dataset(then: str, now: str) -> bool:
+    """Whether two fingerprints name the same dataset: every part equal, a probe compared at
+    the samples both read."""
+    a, b = dict(p.split("=", 1) for p in then.split()), dict(p.split("=", 1) for p in now.split())
+    if a.keys() != b.keys():
+        return False
+    for key, value in a.items():
+        if key != "probe":
+            if value != b[key]:
+                return False
+            continue
+        x, y = (
+            dict(p.split(":", 1) for p in value.split(",")),
+            dict(p.split(":", 1) for p in b[key].split(",")),
+        )
+        if x.keys() != y.keys():
+            return False
+        if any(x[i] != y[i] for i in x if x[i] not in "-!" and y[i] not in "-!"):
+            return False
+    return True
 
 
 def _changed_message(folder: Any, lost: list[tuple[int, str]], now: str, has_key: bool) -> str:

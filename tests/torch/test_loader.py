@@ -107,6 +107,11 @@ def test_next_run_skips_quarantined_indices_without_loading_them(tmp_path, num_w
     calls.mkdir()
     dl = DataLoader(Planted(calls=calls), batch_size=8, shuffle=True, num_workers=num_workers)
     second = GuardedLoader(dl, quarantine=tmp_path / "q")
+    # to see the dataset is the one the quarantine was written for, the loader read its first,
+    # middle and last samples, those not quarantined (30 and 59 are): only sample 0
+    assert calls_in(calls) == {0: 1}
+    for f in calls.iterdir():
+        f.unlink()
     seen = run_epoch(second)
     assert sorted(seen) == GOOD
     loaded = calls_in(calls)
@@ -416,6 +421,11 @@ def test_persistent_workers_keep_indices_matched_across_epochs(tmp_path):
     for epoch in range(3):
         loader.set_epoch(epoch)
         assert sorted(run_epoch(loader)) == GOOD
+    # this process read only the dataset's probe (first, middle, last) for the quarantine's
+    # dataset fingerprint, at the first record; the workers read everything else
+    probe = calls.joinpath(f"{os.getpid()}.txt")
+    assert sorted(map(int, probe.read_text().split())) == [0, 30, 59]
+    probe.unlink()
     loaded = calls_in(calls)
     assert all(loaded[i] == 1 for i in BAD) and all(loaded[i] == 3 for i in GOOD)
     assert loader.stats.excluded == 2 * len(BAD)

@@ -82,7 +82,9 @@ def test_a_reordered_dataset_without_files_matches_by_content_and_skips_no_clean
     rec = read_quarantine(q)
     assert (
         rec["sample"].str.startswith("content:").all()
-        and rec["dataset"].str.match(r"n=40 probe=[0-9a-f]{16}$").all()
+        and rec["dataset"]
+        .str.match(r"n=40 probe=0:[0-9a-f]{16},20:[0-9a-f]{16},39:[0-9a-f]{16}$")
+        .all()
     )
     # another order and more rows: index 23 is now another sample. drop_on="error" would keep
     # the extreme one: only its content fingerprint leaves it out
