@@ -130,3 +130,44 @@ def test_a_generator_that_raises_ends_its_own_stream_only_and_the_error_names_wh
         assert (
             where == "worker 1, item 5 of its stream, after sample 'rec9'; the stream ended there"
         )
+
+
+def test_a_stream_sample_the_guard_names_is_recorded_by_its_name_and_left_out_next_epoch(tmp_path):
+    """TrainingGuard gets the stream loader's ``batch_indices`` (names, not indices): a sample
+    whose loss is not finite (1e30 in fp32 passes the loader's default checks) is quarantined
+    under its key and shard, and the loader leaves it out from then on."""
+    import torch.nn.functional as F
+
+    from datacheck.torch import TrainingGuard
+
+    class Wide(IterableDataset):
+        def __iter__(self):
+            for i in range(32):
+                x = torch.full((4,), float(i) / 32)
+                if i == 13:
+                    x[2] = 1e30
+                yield {
+                    "x": x,
+                    "y": torch.tensor(float(i)),
+                    "__key__": f"k{i}",
+                    "__url__": "shard-0.tar",
+                }
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = GuardedLoader(DataLoader(Wide(), batch_size=8), quarantine=tmp_path / "q")
+    guard = TrainingGuard(model, opt, loader=loader, quarantine=str(tmp_path / "q"))
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    for epoch in (0, 1):
+        for batch in loader:
+            seen[epoch] += [int(y) for y in batch["y"]]
+            per_sample = F.mse_loss(model(batch["x"]).squeeze(1), batch["y"], reduction="none")
+            per_sample.mean().backward()
+            guard.step(per_sample.mean(), indices=loader.batch_indices, sample_losses=per_sample)
+            opt.zero_grad()
+    guard.close()
+    assert 13 in seen[0] and 13 not in seen[1] and len(seen[1]) == 31
+    rec = read_quarantine(tmp_path / "q")
+    assert rec[["sample", "source", "check"]].values.tolist() == [
+        ["k13", "shard-0.tar", "nonfinite_loss"]
+    ]
