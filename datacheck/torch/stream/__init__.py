@@ -31,7 +31,8 @@ def report_errors(exn: BaseException) -> bool:
     WebDataset's decoder names the sample (``__key__``, shard ``__url__``); a shard that
     cannot be read names its URL. Pass it wherever WebDataset takes a handler:
     ``wds.WebDataset(urls, handler=report_errors).decode("pil", handler=report_errors)``.
-    Errors of your own ``.map(f)`` carry no key: wrap ``f`` with :func:`reporting` instead.
+    An error of your own ``.map(f)`` carries no key (WebDataset does not pass the sample to
+    the handler): it is recorded and counted, unnamed; decode in ``.decode()`` where you can.
 
     Returns:
         True (WebDataset's "skip it and continue").
