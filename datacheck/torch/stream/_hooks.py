@@ -11,8 +11,11 @@ or the main process for the epoch) and is undone afterwards:
   same, naming the sample by its chunk file and row in it. litdata decodes a window of items at
   once (``batch_decode="auto"``), so one bad item fails its whole window; the hook reads a
   failed item again on its own (per-item decoding), so its neighbours survive.
+- **Hugging Face** ``datasets.IterableDataset``: iterated in its stead (:mod:`._hf`).
 
-No library module is imported unless the dataset comes from it.
+Also here: the library loaders' own bookkeeping (MosaicML's sample count), WebDataset's
+``WebLoader`` taken apart, and ``torchdata.nodes`` loaders recognised. No library module is
+imported unless the dataset or loader comes from it.
 """
 
 from __future__ import annotations
