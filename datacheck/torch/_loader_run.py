@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from datacheck.errors import BadSampleError
 from datacheck.torch import _loader_batches as _b
@@ -23,10 +23,37 @@ from datacheck.torch._checks import (
 from datacheck.torch._checks import to_device as _to_device
 from datacheck.torch._fetch import Fetched, LoadFailure
 from datacheck.torch._identity import SampleId
-from datacheck.torch._loader_config import over_budget
+from datacheck.torch._loader_config import LoaderConfig, LoaderStats, over_budget
 
-if TYPE_CHECKING:
-    from datacheck.torch._loader import GuardedLoader
+
+class Guarded(Protocol):
+    """What a pass needs from its :class:`~datacheck.torch.GuardedLoader` (the seam: the loader
+    owns the exclusions, the records and the logs; the pass decides per batch)."""
+
+    config: LoaderConfig
+    stats: LoaderStats
+    rules_for: Any
+    in_workers: bool
+    batch_indices: list[Any]
+    step: int
+    _stream: Any
+    """The stream side (None: map-style)."""
+    _match: Any
+    """Keys and content fingerprints to leave out as rows arrive (map-style), or None."""
+    _exclude: Any
+    """Every excluded name (a set of indices, or a stream's Excluded)."""
+    _late: Any
+    """Names excluded since this epoch's batches were drawn: dropped as they arrive."""
+    _unshared: set[Any]
+    """Exclusions not yet shared with the other ranks."""
+
+    def _judge(self, findings: list[SampleFinding]) -> list[SampleFinding]: ...
+
+    def _record(self, job: Job, findings: list[SampleFinding], rank: int) -> list[Any]: ...
+
+    def _take_shared(self, indices: set[Any]) -> None: ...
+
+    def _where(self, f: LoadFailure) -> str | None: ...
 
 
 @dataclass
@@ -46,7 +73,7 @@ def show(name: Any) -> Any:
     return str(name) if isinstance(name, SampleId) else name
 
 
-def named_as(g: GuardedLoader, name: Any) -> str:
+def named_as(g: Guarded, name: Any) -> str:
     """``index 7`` (map-style) or ``sample 'key'`` (a stream)."""
     return f"sample {show(name)!r}" if g._stream is not None else f"index {name}"
 
@@ -54,7 +81,7 @@ def named_as(g: GuardedLoader, name: Any) -> str:
 class EpochRun:
     """One pass over the loader: the queue of launched checks, resolved in sampler order."""
 
-    def __init__(self, guard: GuardedLoader, rank: int, world: int) -> None:
+    def __init__(self, guard: Guarded, rank: int, world: int) -> None:
         cfg = guard.config
         self.guard, self.cfg, self.rank = guard, cfg, rank
         auto = (
@@ -170,9 +197,7 @@ class EpochRun:
         return batch
 
 
-def _raise_message(
-    g: GuardedLoader, job: Job, findings: list[SampleFinding], bad: list[Any]
-) -> str:
+def _raise_message(g: Guarded, job: Job, findings: list[SampleFinding], bad: list[Any]) -> str:
     parts = []
     if findings:
         what = ", ".join(sorted({f"{f.check} in {f.key!r}" for f in findings}))
@@ -198,7 +223,7 @@ def _raise_message(
     return text
 
 
-def _budget_message(g: GuardedLoader, job: Job) -> str:
+def _budget_message(g: Guarded, job: Job) -> str:
     s, budget = g.stats, g.config.max_load_errors
     seen = s.checked + s.load_errors
     if not job.failures and s.load_errors <= (budget or 0):
