@@ -46,6 +46,8 @@ class Guarded(Protocol):
     """Names excluded since this epoch's batches were drawn: dropped as they arrive."""
     _unshared: set[Any]
     """Exclusions not yet shared with the other ranks."""
+    _yielded: deque[list[Any]]
+    """Names of the batches yielded and not yet taken (``take_indices``)."""
 
     def _judge(self, findings: list[SampleFinding]) -> list[SampleFinding]: ...
 
