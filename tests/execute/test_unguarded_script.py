@@ -62,7 +62,7 @@ def data(tmp_path: Path) -> Path:
     root = tmp_path / "data"
     root.mkdir()
     for i in range(4):
-        x = np.arange(20, dtype="float64") + 90 * (i == 3)  # file 3 breaks the script's check
+        x = np.arange(20, dtype="float64") + (90 if i == 3 else i)  # file 3 breaks the check
         if i == 1:
             x[5] = np.nan
         pq.write_table(pa.table({"x": x}), root / f"part{i}.parquet")
