@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
@@ -52,6 +53,13 @@ SNIFF_BYTES = 64 << 10
 """Bytes of the (decompressed) head the dialect is sniffed from."""
 SNIFF_LINES = 200
 BLOCK_BYTES = 16 << 20
+"""Arrow's block for a file that fits in one (its types come from the whole file), and the
+head whose rows give a larger file's types: Arrow infers them from the first block only (a
+column empty there is typed ``null`` and fails further down)."""
+STREAM_BLOCK = 1 << 20
+"""The block a larger file is then streamed in, with its types given (at least 32 of the
+head's longest lines): Arrow's streaming reader reads ~36 blocks ahead, so 16 MiB blocks
+held ~585 MB for a 700 MB file, 1 MiB blocks ~37 MB."""
 EXCERPT = 24
 """Characters of a bad line quoted in its finding (escaped; a CSV row could be a secret), as
 many as a reader error may quote (``engine._unit``)."""
@@ -258,27 +266,72 @@ def dialect_of(path: str, options: Mapping[str, Any]) -> Dialect:
     return sniff(head, default, complete=len(head) < SNIFF_BYTES)
 
 
+def _convert(
+    types: dict[str, pa.DataType], dialect: Dialect, options: Mapping[str, Any]
+) -> pacsv.ConvertOptions:
+    return pacsv.ConvertOptions(
+        column_types=_numbers_kept(types, dialect),
+        null_values=PANDAS_NULLS if options.get("pandas_nulls") else CSV_NULLS,
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=bool(options.get("pandas_nulls")),
+        decimal_point=dialect.decimal,
+    )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a file is streamed: Arrow's block, and the column types found in its head (None
+    for a file one block reads whole)."""
+
+    block: int
+    types: dict[str, pa.DataType] | None = None
+
+
+def layout_of(path: str, options: Mapping[str, Any], dialect: Dialect) -> Layout:
+    """A file past :data:`BLOCK_BYTES` gets its types from its head, parsed alone, and is
+    streamed in small blocks; a smaller one (or a head that does not parse alone: a quoted
+    value spanning its last line) is read as before, in one block of :data:`BLOCK_BYTES`."""
+    if "block_bytes" in options:
+        return Layout(int(options["block_bytes"]))
+    with _storage.stream(path) as stream:
+        head = stream.read(BLOCK_BYTES + 1)
+    if len(head) <= BLOCK_BYTES:
+        return Layout(BLOCK_BYTES)
+    head = head[: head.rfind(b"\n") + 1]
+    try:
+        table = pacsv.read_csv(
+            pa.BufferReader(head),
+            read_options=pacsv.ReadOptions(block_size=len(head) + 1, use_threads=False),
+            parse_options=pacsv.ParseOptions(
+                delimiter=dialect.delimiter, invalid_row_handler=lambda row: "skip"
+            ),
+            convert_options=_convert({}, dialect, options),
+        )
+    except (pa.ArrowException, ValueError):
+        return Layout(BLOCK_BYTES)
+    ends = np.flatnonzero(np.frombuffer(head, dtype=np.uint8) == 10)
+    longest = int(np.diff(ends, prepend=-1).max()) if ends.size else len(head)
+    block = min(max(STREAM_BLOCK, 32 * longest), BLOCK_BYTES)
+    return Layout(block, {f.name: f.type for f in table.schema})
+
+
 def reader(
     path: str,
     options: Mapping[str, Any],
     types: dict[str, pa.DataType],
     dialect: Dialect,
     handler: BadLines,
+    layout: Layout | None = None,
 ) -> pacsv.CSVStreamingReader:
-    """Arrow's streaming CSV reader for the dialect; bad records go to ``handler``."""
+    """Arrow's streaming CSV reader for the dialect; bad records go to ``handler``; the types
+    the caller gives win over those found in the head (``layout``)."""
+    layout = layout or Layout(int(options.get("block_bytes", BLOCK_BYTES)))
+    given = {**(layout.types or {}), **types}
     return pacsv.open_csv(
         _storage.stream(path),
-        read_options=pacsv.ReadOptions(
-            block_size=options.get("block_bytes", BLOCK_BYTES), use_threads=False
-        ),
+        read_options=pacsv.ReadOptions(block_size=layout.block, use_threads=False),
         parse_options=pacsv.ParseOptions(delimiter=dialect.delimiter, invalid_row_handler=handler),
-        convert_options=pacsv.ConvertOptions(
-            column_types=_numbers_kept(types, dialect),
-            null_values=PANDAS_NULLS if options.get("pandas_nulls") else CSV_NULLS,
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=bool(options.get("pandas_nulls")),
-            decimal_point=dialect.decimal,
-        ),
+        convert_options=_convert(given, dialect, options),
     )
 
 
@@ -299,11 +352,12 @@ def open_csv(unit: WorkUnit, options: Mapping[str, Any], open_text: Any) -> Open
     """Open a CSV unit: sniff, read, place; ``open_text(make_reader, chunker)``: the text
     formats' shared opener (integer columns, types)."""
     dialect = dialect_of(unit.path, options)
+    layout = layout_of(unit.path, options, dialect)
     handlers: list[BadLines] = []
 
     def make(types: dict[str, pa.DataType]) -> pacsv.CSVStreamingReader:
         handlers[:] = [BadLines(dialect)]
-        return reader(unit.path, options, types, dialect, handlers[0])
+        return reader(unit.path, options, types, dialect, handlers[0], layout)
 
     def chunker(batches: Iterator[pa.RecordBatch]) -> Iterator[Chunk]:
         bad = handlers[0]
