@@ -227,10 +227,14 @@ class SchemaRun:
 
     def _series(self, name: str, arr: Any) -> Any:
         """The column as pandera's checks see it: as pandas reads the file (a dictionary as a
-        category), in the pandas type pandera casts to where the schema coerces it."""
-        series = arr.to_pandas()
-        if self.text and pa.types.is_null(arr.type) and len(arr):  # an empty CSV column
-            series = series.astype("float64")
+        category), in the pandas type pandera casts to where the schema coerces it.  ``arr``:
+        an array, or the arrays of several batches (their types may differ)."""
+        return self._view(name, _pandas(arr if isinstance(arr, list) else [arr]))
+
+    def _view(self, name: str, series: Any) -> Any:
+        """A column as pandas holds it, as pandera's checks see it (see :meth:`_series`)."""
+        if self.text and series.dtype == object and len(series) and series.isna().all():
+            series = series.astype("float64")  # an empty CSV column, as pandas reads it
         series.name = name
         spec = self.spec(name)
         if spec is not None and spec.coerce and spec.target is not None:
@@ -314,10 +318,10 @@ class SchemaRun:
             if name in self.stored_index or self.dropped(name):
                 continue
             pieces = self.current.get(name)
-            columns[name] = pa.chunked_array(pieces) if pieces else column
+            columns[name] = _joined(pieces) if pieces else column
         for name, pieces in self.current.items():  # columns pandera adds
             if name not in columns and name in self.schema.columns:
-                columns[name] = pa.chunked_array(pieces)
+                columns[name] = _joined(pieces)
         return pa.table(columns) if columns else pa.table({})
 
     def _frame_batch(self, checked: pa.Table, offset: int, emit: Emit) -> None:
@@ -330,7 +334,7 @@ class SchemaRun:
             if not per_value(check):
                 continue
             if frame is None:
-                frame = _frame(checked)
+                frame = self._frame(checked)
             self._outcome(None, check, run_check(check, frame), checked.num_rows, offset, emit)
 
     # --- per file -----------------------------------------------------------------------
@@ -338,7 +342,7 @@ class SchemaRun:
     def finish(self, emit: Emit) -> list[fnd.Finding]:
         """What needs every row of the file: uniqueness and checks of the whole column."""
         for name, parts in self.unique_columns.items():  # a column: nulls ignored, as pandera
-            series = pa.chunked_array(parts).to_pandas()
+            series = _pandas(parts)
             dup = np.zeros(len(series), dtype=bool)
             present = series.notna().to_numpy()
             spec = self.spec(name)
@@ -349,10 +353,10 @@ class SchemaRun:
         for (name, i), arrays in self.whole.items():
             spec = self.spec(name)
             check = self._pandas_check(spec, name, arrays[0], i)
-            series = self._series(name, pa.chunked_array(arrays))
+            series = self._series(name, arrays)
             self._outcome(name, check, run_check(check, series), len(series), 0, emit)
         if self.frames:
-            frame = _frame(pa.concat_tables(self.frames, promote_options="default"))
+            frame = self._frame(self.frames)
             for check in self.schema.frame_checks:
                 if not per_value(check):
                     self._outcome(None, check, run_check(check, frame), len(frame), 0, emit)
@@ -377,7 +381,7 @@ class SchemaRun:
             for check in rules.pandas_checks:
                 self._outcome(name, check, run_check(check, series), 0, 0, emit)
         if self.schema.frame_checks:
-            frame = _frame(self._checked(empty))
+            frame = self._frame(self._checked(empty))
             for check in self.schema.frame_checks:
                 self._outcome(None, check, run_check(check, frame), 0, 0, emit)
 
@@ -387,13 +391,20 @@ class SchemaRun:
             parts = self.unique_sets.get(i)
             if not parts:
                 continue
-            frame = pa.concat_tables(parts, promote_options="default").to_pandas()
+            frame = _frame(parts)
             dup = frame.duplicated(keep=_KEEP[keep]).to_numpy()
             dup = dup & frame.notna().any(axis=1).to_numpy()  # pandera drops null failures
             if dup.any():
                 present = [c for c in dict.fromkeys(cols) if c in frame.columns]
                 _emit_mask(",".join(present), "unique", dup, 0, emit)
                 return
+
+    def _frame(self, tables: pa.Table | list[pa.Table]) -> Any:
+        """The checked columns as the DataFrame pandera's schema-level checks see."""
+        frame = _frame(tables)
+        for name in frame.columns:
+            frame[name] = self._view(name, frame[name])
+        return frame
 
     def _pandas_check(self, spec: ColumnSpec | None, name: str, arr: pa.Array, i: int) -> Any:
         is_float = pa.types.is_floating(arr.type)
@@ -431,12 +442,32 @@ def per_value(check: Any) -> bool:
     )
 
 
-def _frame(table: pa.Table) -> Any:
+def _frame(tables: pa.Table | list[pa.Table]) -> Any:
+    """Tables (a batch's, or every batch of the file) as one pandas DataFrame, the index the
+    rows' positions."""
     import pandas as pd
 
-    frame = table.to_pandas()
-    frame.index = pd.RangeIndex(len(frame))  # positions: rows of the batch or file
+    parts = [t.to_pandas() for t in (tables if isinstance(tables, list) else [tables])]
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    frame.index = pd.RangeIndex(len(frame))
     return frame
+
+
+def _pandas(arrays: list[Any]) -> Any:
+    """Arrays as one pandas Series (batches may be cast to types that differ: a category's
+    dictionary of one batch holds int8, another's int64)."""
+    import pandas as pd
+
+    parts = [a.to_pandas() for a in arrays]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def _joined(pieces: list[pa.Array]) -> Any:
+    """A batch's pieces of one column as one column."""
+    try:
+        return pa.chunked_array(pieces)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array(_pandas(pieces), from_pandas=True)
 
 
 def _emit_mask(

@@ -105,11 +105,9 @@ def file_findings(
         out += _dtype_finding(path, name, types.get(name), spec, run.text)
     out += _index_findings(run, types)
     known = [c for c in columns if c not in index]
-    if schema.dtype is not None and not schema.columns and schema.undeclared is None:
+    if schema.undeclared is not None and not schema.columns:
         for name in known:  # pandera: a schema-level dtype with no columns covers them all
-            if not dtype_matches(schema.dtype, types.get(name)):
-                msg = f"dtype {types.get(name)}, schema says {schema.dtype}"
-                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+            out += _dtype_finding(path, name, types.get(name), schema.undeclared, run.text)
     if schema.strict is True:
         for name in known:
             if schema.spec_for(name) is None:
@@ -122,18 +120,35 @@ def _order_findings(run: SchemaRun, known: list[str], names: list[str]) -> list[
     schema, path = run.schema, run.path
     out: list[fnd.Finding] = []
     if schema.ordered:
-        order = [c for c in known if c in schema.columns]
-        expected = [c for c in schema.columns if c in order]
-        for got, want in zip(order, expected, strict=True):
-            if got != want:
-                msg = f"column out of order (schema is ordered): expected {want!r} here"
-                out.append(fnd.Finding(path, "schema", ERR, msg, column=got))
+        out += _out_of_order(run, known)
     if schema.unique_column_names and len(set(names)) != len(names):
         seen: set[str] = set()
         for name in names:
             if name in seen:
                 out.append(fnd.Finding(path, "schema", ERR, "column name repeated", column=name))
             seen.add(name)
+    return out
+
+
+def _out_of_order(run: SchemaRun, known: list[str]) -> list[fnd.Finding]:
+    """pandera's order: the schema's columns in turn (a pattern: the columns it matches, in
+    the file's order); each of the file's schema columns is compared with the next expected
+    one, and is out of order where they differ."""
+    expected: list[str] = []
+    for name, spec in run.schema.columns.items():
+        if spec.regex:
+            expected += [c for c in known if re.match(name, c)]
+        elif name in known:
+            expected.append(name)
+    order = list(dict.fromkeys(expected))
+    wanted, out = iter(order), []
+    for got in (c for c in known if c in set(order)):
+        want = next(wanted, None)
+        if want == got:
+            continue
+        where = f"expected {want!r} here" if want is not None else "it comes again"
+        msg = f"column out of order (schema is ordered): {where}"
+        out.append(fnd.Finding(run.path, "schema", ERR, msg, column=got))
     return out
 
 

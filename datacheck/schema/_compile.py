@@ -207,8 +207,9 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
     )
     coerce = bool(column.coerce or getattr(frame, "coerce", False))
     unique = column.report_duplicates if column.unique else None
-    fill = bool(
+    fill = bool(  # pandera adds a missing column only where it is required
         getattr(frame, "add_missing_columns", False)
+        and getattr(column, "required", True)
         and (column.default is not None or column.nullable)
     )
     aggregate = any(
@@ -328,10 +329,12 @@ def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
 
 
 def _undeclared(schema: Any) -> ColumnSpec | None:
-    """A schema-level ``dtype`` with ``coerce``: pandera casts the columns it does not declare
-    too (nullable, no checks)."""
-    if schema.dtype is None or not schema.coerce:
-        return None
+    """A schema-level ``dtype``: with no columns declared, pandera makes every column a
+    ``Column(dtype)`` (not nullable); with columns and ``coerce``, it casts the others too
+    (nullable, no checks)."""
     from pandera.api.pandas.components import Column
 
-    return compile_column("*", Column(schema.dtype, nullable=True, coerce=True), schema)
+    if schema.dtype is None or (schema.columns and not schema.coerce):
+        return None
+    column = Column(schema.dtype, nullable=bool(schema.columns), coerce=bool(schema.coerce))
+    return compile_column("*", column, schema)

@@ -16,7 +16,7 @@ DIFFERENCES: dict[str, str] = {
     "rows": "`row` is the row in the file (0-based); pandera's index is the DataFrame index.",
     "range_name": "`in_range`, `greater_than*`, `less_than*` (and `between`, `gt`, ...) report "
     "as `out_of_range`, one finding per value however many range checks it fails.",
-    "dtype": "`dtype` is compared with the file's stored (Arrow) type: `int64` means a 64-bit integer column, so an int64 column with nulls passes (pandas would read it as float64); datetime/timedelta units are not compared; a mismatch is one `schema` finding for the column (pandera may list the values it could not cast). A category's categories are checked value by value: a value outside them is a `schema` finding at its row, a null is left to `nullable` (pandera also compares the categories pandas read with the schema's).",
+    "dtype": "`dtype` is compared with the file's stored (Arrow) type: `int64` means a 64-bit integer column, so an int64 column with nulls passes (pandas would read it as float64), and pandas' nullable types (`Int64`, `boolean`, `Float64`, `string`) are the Arrow types they hold; datetime/timedelta units are not compared; a mismatch is one `schema` finding for the column (pandera may list the values it could not cast). A category's categories are checked value by value: a value outside them is a `schema` finding at its row, a null is left to `nullable` (pandera also compares the categories pandas read with the schema's).",
     "unique": "`unique` (column or schema) reports under `unique`, one finding per duplicated "
     "row (a schema-level set names its columns joined by ','); it needs the file whole in one "
     "work unit and keeps those columns' values in memory. A column's nulls are ignored, as in "

@@ -333,7 +333,7 @@ def join_unique_sets(schema: Any, answer: Answer) -> Answer:
             out.kinds[site] = answer.kinds[site]
     sets = _unique_sets(schema)
     for row, cols in by_row.items():
-        match = next((s for s in sets if set(s) == set(cols)), sorted(cols))
+        match = next((s for s in sets if set(cols) <= set(s)), sorted(cols))  # nulls dropped
         out.add(Site(",".join(match), "unique", row), "error", "unique")
     return out
 
@@ -436,9 +436,25 @@ def _stored_type_is_schemas(ex: Example, col: str | None) -> bool:
     if ex.schema.dtype is not None:
         dtypes = [ex.schema.dtype]
     try:
-        return bool(dtypes) and all(bool(d.check(pandas_engine.Engine.dtype(read))) for d in dtypes)
+        return bool(dtypes) and all(_admits(d, pandas_engine.Engine.dtype(read)) for d in dtypes)
     except (TypeError, ValueError):
         return False
+
+
+def _admits(dtype: Any, read: Any) -> bool:
+    """pandera's dtype check, where pandas' nullable types (``Int64``, ``boolean``, ...) also
+    admit the numpy type pandas reads Parquet into (DIFFERENCES ``dtype``)."""
+    from pandera.engines import pandas_engine
+
+    if bool(dtype.check(read)):
+        return True
+    if isinstance(getattr(dtype, "type", None), pd.api.extensions.ExtensionDtype):
+        try:
+            numpy = pandas_engine.Engine.numpy_dtype(dtype)
+            return bool(pandas_engine.Engine.dtype(numpy).check(read))
+        except TypeError:
+            return False
+    return False
 
 
 def _fp16(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
@@ -460,7 +476,11 @@ def _text_dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str
         return False
     if _read_differently(ex, ours, site.column):
         return True
+    if site.column is None and site.check != "schema":  # a schema-level check sees them all
+        return any(_read_differently(ex, ours, c) for c in ex.frame.columns)
     if site.check != "schema":  # a cell that is not of the dtype is not checked further
+        if _whole_column(ex, site.column, site.check):  # nor seen by a check of the column
+            return any(s.row is not None for s in _in_column(ours, site.column, check="schema"))
         return site.row is not None and Site(site.column, "schema", site.row) in ours.sites
     if side == "pandera":
         return bool(theirs.kinds.get(site, set()) & {"dtype"})
@@ -486,8 +506,22 @@ def _read_differently(ex: Example, ours: Answer, col: str | None) -> bool:
     return pandas_kind != _kind(ours.types[col].lower())
 
 
+def _whole_column(ex: Example, col: str | None, name: str) -> bool:
+    """The column's check of that name answers for a row from other rows too."""
+    from datacheck.engine._schemacheck import per_value
+
+    checks = [c for s in _columns(ex, col) for c in s.checks if report_name(c) == name]
+    return bool(checks) and not all(per_value(c) for c in checks)
+
+
 def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
     col = site.column
+    if col is None and site.row is not None and site.check != "schema":  # a schema-level check
+        return any(  # sees the cast values of a row whose cast failed, or that pandera changed
+            _coerce(ex, theirs, ours, Site(c, site.check, site.row), side)
+            for c in ex.frame.columns
+            if Site(c, "schema", site.row) in ours.sites or _pandera_cast_changes(ex, c, site.row)
+        )
     if isinstance(col, str) and "," in col and col not in ex.frame.columns:  # a unique set
         return any(
             _coerce(ex, theirs, ours, Site(c, site.check, site.row), side) for c in col.split(",")
@@ -513,6 +547,14 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
         return False
     if site.row is not None and _pandera_cast_changes(ex, col, site.row):
         return True  # pandera's cast changed the value (a null into bool is True): it checks that
+    if _whole_column(ex, col, site.check) and [
+        s for s in _in_column(ours, col, check="schema") if s.row is not None
+    ]:
+        return True  # a check of the whole column: some of its values did not cast
+    if site.check == "unique" and any(
+        _pandera_cast_changes(ex, col, r) for r in range(len(ex.frame))
+    ):
+        return True  # a value pandera's cast made (from a null) duplicates this one
     if bool(_in_column(theirs, col, {"coerce"})):  # pandera checks the uncast column
         return True
     return site.row is not None and Site(col, "schema", site.row) in ours.sites
@@ -531,7 +573,10 @@ def _pandera_cast_changes(ex: Example, col: str | None, row: int) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cast = dtypes[0].coerce(series)
+            if ex.schema.dtype is not None:  # pandera casts the frame as a whole (astype)
+                cast = ex.schema.dtype.coerce(ex.frame[[col]].iloc[[row]])[col]
+            else:
+                cast = dtypes[0].coerce(series)
     except Exception:  # noqa: BLE001 - pandera's cast fails: it names the value itself
         return False
     before, after = series.iloc[0], cast.iloc[0]
@@ -613,10 +658,15 @@ def compare(ex: Example, theirs: Answer, ours: Answer) -> Verdict:
             else:
                 verdict.used[key] = verdict.used.get(key, 0) + 1
     for site in theirs.sites.keys() & ours.sites.keys():
-        if theirs.sites[site] != ours.sites[site]:
+        if theirs.sites[site] == ours.sites[site]:
+            continue
+        key = next((k for k in DIFFERENCES if RULES[k](ex, theirs, ours, site, "severity")), None)
+        if key is None:
             verdict.problems.append(
                 f"severity of {site}: pandera {theirs.sites[site]}, datacheck {ours.sites[site]}"
             )
+        else:
+            verdict.used[key] = verdict.used.get(key, 0) + 1
     return verdict
 
 
