@@ -165,7 +165,6 @@ def run_check(check: Any, obj: Any) -> Outcome:
     pandera does (``backends/pandas/checks.py``): a boolean Series aligned with the rows it
     checked names the failing rows; a boolean DataFrame the failing cells that are not null;
     anything else (one value, a Series on other labels, ``value_counts()``) is one verdict."""
-    import pandas as pd
 
     if isinstance(check, NumericCheck):
         return Outcome(error=f"TypeError: {check.name} needs numeric data, got {obj.dtype}")
@@ -174,6 +173,16 @@ def run_check(check: Any, obj: Any) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - pandera reports a raising check as a failure
         text = " ".join(str(exc).split())[:200]
         return Outcome(error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    try:
+        return _read_result(res, obj)
+    except (TypeError, ValueError) as exc:  # a result holding <NA>: pandera fails there too
+        text = " ".join(str(exc).split())[:200]
+        return Outcome(error=f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def _read_result(res: Any, obj: Any) -> Outcome:
+    import pandas as pd
+
     out, checked = res.check_output, res.checked_object
     if isinstance(out, pd.DataFrame) and isinstance(checked, pd.DataFrame):
         bad: dict[str | None, np.ndarray] = {}

@@ -212,7 +212,7 @@ class SchemaRun:
         merged: dict[tuple[str, Severity], np.ndarray] = {}
         for i, check in enumerate(rules.pandas_checks):
             key = (name, i)
-            if key in self.whole or not per_value(check):
+            if key in self.whole or not per_value(check) or _meets_na(spec, check):
                 self.whole.setdefault(key, []).append(arr)
                 continue
             if series is None:
@@ -442,6 +442,21 @@ def per_value(check: Any) -> bool:
     )
 
 
+def _meets_na(spec: ColumnSpec | None, check: Any) -> bool:
+    """A check with ``ignore_na: false`` on a column pandera casts to a pandas nullable type
+    (``Int64``, ``Float64``, ``boolean``): it meets ``<NA>``, which pandas refuses to compare,
+    in some batches and not others; pandera sees the column whole."""
+    import pandas as pd
+
+    target = getattr(spec, "target", None)
+    return bool(
+        spec is not None
+        and spec.coerce
+        and not getattr(check, "ignore_na", True)
+        and isinstance(getattr(target, "type", None), pd.api.extensions.ExtensionDtype)
+    )
+
+
 def _frame(tables: pa.Table | list[pa.Table]) -> Any:
     """Tables (a batch's, or every batch of the file) as one pandas DataFrame, the index the
     rows' positions."""
@@ -467,7 +482,8 @@ def _joined(pieces: list[pa.Array]) -> Any:
     try:
         return pa.chunked_array(pieces)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array(_pandas(pieces), from_pandas=True)
+        joined = pa.array(_pandas(pieces), from_pandas=True)
+        return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 def _emit_mask(
@@ -499,6 +515,7 @@ def missing_column(spec: ColumnSpec, n: int) -> pa.Array:
         with contextlib.suppress(Exception):
             series = spec.own_dtype.try_coerce(series)
     try:
-        return pa.array(series, from_pandas=True)
+        arr = pa.array(series, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return pa.nulls(n)
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr

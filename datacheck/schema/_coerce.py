@@ -134,7 +134,7 @@ def _cast_pandas(arr: pa.Array, dtype: Any, target: pa.DataType | None) -> Cast:
             text = " ".join(str(exc).split())[:160] or type(exc).__name__
             return Cast(arr, bad if bad.any() else None, f"cannot coerce to {dtype}: {text}")
         return _scatter(out, keep, bad, series, dtype, target)
-    return _scatter(out, np.ones(len(series), dtype=bool), bad, series, dtype, target)
+    return _scatter(out[present], present, bad, series, dtype, target)  # a null stays null
 
 
 def _coercible(series: Any, dtype: Any) -> np.ndarray:
@@ -189,6 +189,8 @@ def _scatter(
             bad = bad | changed
     try:
         values = pa.array(out, from_pandas=True)
+        if isinstance(values, pa.ChunkedArray):  # pandas' Arrow-backed types give chunks
+            values = values.combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
         text = " ".join(str(exc).split())[:160]
         return Cast(pa.array(series, from_pandas=True), None, f"cannot hold {dtype}: {text}")

@@ -86,11 +86,15 @@ def _number(value: Any, where: str, key: str) -> float:
     return out
 
 
-def _native(check: Any, where: str, sev: Severity) -> Any:
-    """The Arrow body of a check, or None when it runs through pandera."""
+def _native(check: Any, where: str, sev: Severity, masked: bool = False) -> Any:
+    """The Arrow body of a check, or None when it runs through pandera (``masked``: the
+    column is cast to a pandas nullable type, where a check with ``ignore_na: false`` meets
+    ``<NA>``, which pandas refuses to compare: pandera's own body decides)."""
     stats = dict(check.statistics or {})
     name = check.name
     ignore_na = bool(getattr(check, "ignore_na", True))
+    if masked and not ignore_na:
+        return None
     if name in _NATIVE_RANGE:
         try:
             lo, hi, inc_lo, inc_hi = _NATIVE_RANGE[name](stats)
@@ -162,6 +166,8 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
     pandas_checks: list[Any] = []
     other: list[Any] = []
     reference = normalized = None
+    coerce = bool(column.coerce or getattr(frame, "coerce", False))
+    masked = coerce and _is_masked(dtype)
     for check in column.checks:
         cwhere = f"{where}, check {check.name!r}"
         _refuse_check(check, cwhere)
@@ -179,7 +185,7 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
             if check.name not in ("reference_stats", "normalized"):
                 other.append(NumericCheck(check.name, bool(check.raise_warning)))
             continue
-        native = _native(check, cwhere, sev)
+        native = _native(check, cwhere, sev, masked)
         if isinstance(native, Range):
             ranges.append(native)
         elif isinstance(native, Allowed):
@@ -205,7 +211,6 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
     other_rules = ColumnRules(
         nan=None, inf=None, null=rules.null, dtype=dname, pandas_checks=tuple(other)
     )
-    coerce = bool(column.coerce or getattr(frame, "coerce", False))
     unique = column.report_duplicates if column.unique else None
     fill = bool(  # pandera adds a missing column only where it is required
         getattr(frame, "add_missing_columns", False)
@@ -214,7 +219,7 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
     )
     aggregate = any(
         c.name not in ELEMENTWISE and not getattr(c, "element_wise", False) for c in other
-    )
+    ) or (masked and any(not getattr(c, "ignore_na", True) for c in pandas_checks))
     return ColumnSpec(
         name,
         rules,
@@ -230,6 +235,14 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         None if _isna(column.default) else column.default,
         column.dtype,
     )
+
+
+def _is_masked(dtype: Any) -> bool:
+    import pandas as pd
+
+    return isinstance(getattr(dtype, "type", None), pd.api.extensions.ExtensionDtype) and str(
+        dtype
+    ).lower() not in ("category", "str", "string")
 
 
 def _isna(value: Any) -> bool:

@@ -160,12 +160,30 @@ def pandera_answer(schema: Any, frame: pd.DataFrame) -> tuple[Answer, pd.DataFra
         cases = exc.failure_cases
     except Exception as exc:  # noqa: BLE001 - pandera's own failure: no oracle
         raise PanderaRaised(f"{type(exc).__name__}: {exc}"[:300]) from exc
+    cases = _relabel_pattern_verdicts(schema, cases.copy(), frame)
     answer = Answer()
     positions = _positions(frame.index)
     for r in cases.itertuples():
         for site, kind, severity in _pandera_sites(schema, r, positions, frame):
             answer.add(site, severity, kind, r.failure_case)
     return answer, cases
+
+
+def _relabel_pattern_verdicts(schema: Any, cases: pd.DataFrame, frame: pd.DataFrame) -> Any:
+    """pandera names every column a pattern matched after the first when a check of the
+    column as a whole fails on each (``unique_values_eq`` on ``x_\\d``): one verdict per
+    matched column, in the frame's order."""
+    rows = cases[(cases.schema_context == "Column") & cases["index"].isna()]
+    keys = ["column", "check", "check_number"]
+    for (col, _chk, _num), group in rows.groupby(keys, dropna=False):
+        if len(group) < 2:
+            continue
+        for key, column in schema.columns.items():
+            matched = [c for c in frame.columns if column.regex and re.match(key, str(c))]
+            if col in matched and len(matched) == len(group):
+                cases.loc[group.index, "column"] = matched
+                break
+    return cases
 
 
 def _positions(index: pd.Index) -> dict[Any, int]:
@@ -551,10 +569,11 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
         s for s in _in_column(ours, col, check="schema") if s.row is not None
     ]:
         return True  # a check of the whole column: some of its values did not cast
-    if site.check == "unique" and any(
+    if (site.check == "unique" or site.row is None) and any(
         _pandera_cast_changes(ex, col, r) for r in range(len(ex.frame))
     ):
-        return True  # a value pandera's cast made (from a null) duplicates this one
+        return True  # a value pandera's cast made (from a null) duplicates this one, or the
+        # column pandera checks as a whole holds it
     if bool(_in_column(theirs, col, {"coerce"})):  # pandera checks the uncast column
         return True
     return site.row is not None and Site(col, "schema", site.row) in ours.sites
