@@ -338,7 +338,7 @@ def findings_answer(f: pd.DataFrame, index_names: set[str] | dict[str, str]) -> 
     return answer
 
 
-def join_unique_sets(schema: Any, answer: Answer) -> Answer:
+def join_unique_sets(schema: Any, answer: Answer, columns: Any = None) -> Answer:
     """pandera names each column of a duplicated set at each row; datacheck one site per row
     under the set's columns joined by ',' (DIFFERENCES ``unique``)."""
     by_row: dict[Any, list[str]] = {}
@@ -352,6 +352,8 @@ def join_unique_sets(schema: Any, answer: Answer) -> Answer:
     sets = _unique_sets(schema)
     for row, cols in by_row.items():
         match = next((s for s in sets if set(cols) <= set(s)), sorted(cols))  # nulls dropped
+        if columns is not None:  # the set's columns the file has
+            match = [c for c in match if c in columns] or match
         out.add(Site(",".join(match), "unique", row), "error", "unique")
     return out
 
@@ -545,7 +547,10 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
             _coerce(ex, theirs, ours, Site(c, site.check, site.row), side) for c in col.split(",")
         )
     coerced = any(c.coerce for c in _columns(ex, col)) or ex.schema.coerce
-    if not coerced and not (col is None and ex.schema.coerce):
+    frame_cast = ex.schema.dtype is not None and (  # pandera casts the whole frame
+        ex.schema.coerce or any(c.coerce for c in ex.schema.columns.values())
+    )
+    if not coerced and not (col is None and (ex.schema.coerce or frame_cast)):
         return False
     if site.check == "schema":
         if side == "pandera":
@@ -692,7 +697,7 @@ def compare(ex: Example, theirs: Answer, ours: Answer) -> Verdict:
 def differences(ex: Example, ours: Answer) -> Verdict:
     """pandera on ``ex.frame`` against datacheck's answer ``ours``."""
     theirs, _ = pandera_answer(ex.schema, ex.frame)
-    theirs = join_unique_sets(ex.schema, theirs)
+    theirs = join_unique_sets(ex.schema, theirs, ex.frame.columns)
     return compare(ex, theirs, ours)
 
 
@@ -795,7 +800,7 @@ def check_generated(gen: Any, folder: Path, cli: bool = False) -> Outcome:
     except Refused as exc:
         return Outcome("refused", [str(exc)])
     ex = Example(schema, gen.table, gen.fmt, path, frame, names)
-    verdict = compare(ex, join_unique_sets(schema, theirs), ours)
+    verdict = compare(ex, join_unique_sets(schema, theirs, frame.columns), ours)
     return Outcome("disagree" if verdict.problems else "agree", verdict.problems, verdict.used)
 
 
