@@ -86,6 +86,12 @@ def render_text(hist: History, tl: Timeline) -> str:
         lines.append(
             f"restart from step {_s(tl.restart_step)} ({tl.restart_from} before trouble){lr}"
         )
+    for ev in hist.events:
+        if ev.get("kind") == "fallback" and "rank" in ev:
+            lines.append(
+                f"guard      fell back to skip-and-clip at step {_s(ev.get('step'))}: "
+                f"{ev.get('message', '')}"
+            )
     if tl.guard_events:
         lines.append(
             "guard events: " + ", ".join(f"{k} {n}" for k, n in sorted(tl.guard_events.items()))

@@ -3,16 +3,22 @@
 ``guard.step(loss)`` replaces ``optimizer.step()`` (and ``scaler.step`` / ``scaler.update``);
 with gradient accumulation, ``guard.backward(loss)`` per micro-batch, then ``guard.step()``.
 Each step it computes one total gradient norm (foreach), shares (loss, norm, flags) with every
-rank in one small all-reduce, and runs the same policy on every rank (``_guard_policy``):
+rank in one small all-reduce, and runs the same policy on every rank (``_guard_policy``).
+Skip-and-clip is the floor; anything beyond it needs evidence (``_guard_trend``):
 
-    healthy                  -> step (clipped to ``clip_norm`` when above it)
+    healthy, or a loss spike -> step (clipped to ``clip_norm`` when above it)
     grad-norm spike          -> warn, step on clipped gradients
     fp16 overflow            -> the GradScaler skips and lowers its scale (normal)
-    NaN/Inf or a loss spike  -> skip the batch (bad data: weights and optimizer untouched);
-                                samples with per-sample evidence are quarantined and excluded
-    divergence               -> roll back to the last good snapshot; cut the LR when an earlier
-                                rollback did not help; restore it after stable steps
-    rollbacks that keep not helping -> stop with a clear message
+    NaN/Inf                  -> skip the batch (weights and optimizer untouched); samples
+                                with non-finite evidence are quarantined and excluded
+    a loss excursion that    -> probe: the newest good snapshot on the next batches; the
+    persists                    rollback stands when it does clearly better (divergence), else
+                                the live state comes back and the new level is learned
+    divergence again         -> roll back and cut the LR; restored after stable steps
+    rollbacks that keep not  -> fall back to skip-and-clip (a ``fallback`` warning)
+    helping
+    non-finite weights that  -> stop with a clear message
+    no snapshot recovers
 
 Every action is a line in a JSON Lines log (one file per rank).
 """
@@ -20,6 +26,8 @@ Every action is a line in a JSON Lines log (one file per rank).
 from __future__ import annotations
 
 import math
+import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +38,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from datacheck.errors import UsageError
 from datacheck.torch import _dist
+from datacheck.torch._guard_batches import SameBatch
 from datacheck.torch._guard_device import (
     DeviceDecisions,
     Micro,
@@ -44,7 +53,7 @@ from datacheck.torch._guard_log import (
     bad_steps,
     guard_quarantine,
 )
-from datacheck.torch._guard_policy import Escalation, Plan, Policy
+from datacheck.torch._guard_policy import Plan, Policy
 from datacheck.torch._guard_state import GoodStates
 from datacheck.torch._guard_types import (
     Action,
@@ -55,6 +64,7 @@ from datacheck.torch._guard_types import (
 )
 from datacheck.torch._identity import SampleKey
 from datacheck.torch._snapshots import SnapshotStore
+from datacheck.torch._snapshots import copy_to_cpu as _to_cpu
 from datacheck.torch._syncfree import MaskedStep
 
 __all__ = ["Action", "GuardConfig", "StepResult", "TrainingGuard", "TrainingStopped", "bad_steps"]
@@ -122,11 +132,14 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         self._skip_pending = 0
         self._stop_message: str | None = None
         self._threshold: float | None = None
-        self._held: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
         self._micro: list[Micro] = []
         self._epoch, self._batch = 0, -1
         self._masked = self._maybe_masked()
         self._pending: list[tuple[int, torch.Tensor]] = []
+        self._device_probe = 0
+        self._aside: dict[str, Any] | None = None
+        """The live state kept aside while a probe tries a snapshot."""
+        self._batches = SameBatch(enabled=self.world.size == 1)
 
     def _open_log(self) -> EventLog | None:
         tb_dir = self.config.tensorboard
@@ -220,8 +233,9 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         if self._masked is not None:
             return self._step_on_device(step, loss, norm, hook_bad)
         table = _dist.share_stats(self.world, loss, norm, hook_bad)
-        plan, mean_loss, max_norm = self._decide(step, table)
-        if plan.action is Action.SKIP:
+        repeated = self._batches.repeated(indices, sample_losses)
+        plan, mean_loss, max_norm = self._decide(step, table, repeated)
+        if plan.action is Action.SKIP and plan.events and plan.events[0]["kind"] == "nonfinite":
             self._evidence(step, plan, indices, sample_losses)
         self._apply(plan, norm)
         if plan.escalate:
@@ -258,7 +272,9 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         else:
             self._batch += 1
 
-    def _decide(self, step: int, table: _dist.RankTable) -> tuple[Plan, float, float]:
+    def _decide(
+        self, step: int, table: _dist.RankTable, repeated: bool = False
+    ) -> tuple[Plan, float, float]:
         cfg, policy = self.config, self._policy
         started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
         finite = [v for v in table.losses if math.isfinite(v)]
@@ -266,27 +282,28 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
         max_norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
         loss_bad = bool(table.ranks_with(_dist.BIT_LOSS))
         grad_bad = bool(table.ranks_with(_dist.BIT_GRAD))
-        self._threshold = policy.loss.threshold
+        self._threshold = policy.threshold
+        if policy.probing:  # a batch read on the snapshot under trial: no update
+            return policy.probe_step(math.nan if loss_bad else mean_loss), mean_loss, max_norm
         if self._scaling and grad_bad and not loss_bad:
             return policy.overflow(), mean_loss, max_norm
         if started and not grad_bad and cfg.drop_bad_ranks:
-            plan = policy.healthy(step, Action.DROP_RANKS, mean_loss, max_norm, table.norms)
+            plan = policy.finite(step, Action.DROP_RANKS, mean_loss, max_norm, table.norms)
             plan.ranks = started
             plan.add("nonfinite", "warning", ranks=list(started), dropped=True)
             return plan, mean_loss, max_norm
         if loss_bad or grad_bad:
             ranks = started or table.ranks_with(_dist.BIT_GRAD)
-            plan = policy.bad(step, "nonfinite", ranks, loss=mean_loss, grad_norm=max_norm)
-            return plan, mean_loss, max_norm
-        thr = self._threshold
-        if thr is not None and mean_loss >= thr:
-            ranks = tuple(r for r, v in enumerate(table.losses) if v >= thr)
-            level = policy.loss.level
-            plan = policy.bad(step, "loss_spike", ranks, loss=mean_loss, level=level, threshold=thr)
+            plan = policy.nonfinite(step, ranks, loss=mean_loss, grad_norm=max_norm)
             return plan, mean_loss, max_norm
         clipped = cfg.clip_norm is not None and max_norm > cfg.clip_norm
         action = Action.CLIP if clipped else Action.STEP
-        plan = policy.healthy(step, action, mean_loss, max_norm, table.norms)
+        plan = policy.finite(step, action, mean_loss, max_norm, table.norms, repeated)
+        if self._threshold is not None and mean_loss >= self._threshold:
+            plan.ranks = tuple(r for r, v in enumerate(table.losses) if v >= self._threshold)
+            for event in plan.events:
+                if event["kind"] == "loss_spike":
+                    event["ranks"] = list(plan.ranks)
         return plan, mean_loss, max_norm
 
     # -- applying decisions ----------------------------------------------------------------
@@ -312,40 +329,177 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
             self._policy.scale_check(plan, float(self.scaler.get_scale()))
 
     def _escalate(self, step: int, plan: Plan) -> None:
+        """What the step called for beyond skip-and-clip (``Plan.escalate``)."""
+        kind = plan.escalate
+        if kind == "weights":
+            if not self._weights_finite():
+                self._recover(step, plan, "the weights are no longer finite")
+        elif kind == "probe":
+            self._start_probe(step, plan)
+        elif kind == "verdict":
+            self._verdict(step, plan)
+        elif kind == "scaler_collapse":
+            self._recover(step, plan, "the fp16 loss scale collapsed")
+
+    def _weights_finite(self) -> bool:
+        params = [p.detach() for p in self._params]
+        return bool(torch.isfinite(get_total_norm(params, foreach=True))) if params else True
+
+    def _start_probe(self, step: int, plan: Plan) -> None:
+        """Keep the live state aside and read the next batches on the newest good snapshot."""
         policy = self._policy
-        kinds = [e["kind"] for e in plan.events]
-        kind = next((k for k in ("scaler_collapse", "grad_spike") if k in kinds), kinds[0])
-        esc = policy.escalation(bool(len(self._snaps)), kind)
-        if esc.stop:
-            self._stop(step, plan, esc)
+        kind = "nonfinite" if policy.nonfinite_streak else "divergence"
+        snap = self._snaps.pick(before=policy.incident if policy.incident is not None else step)
+        if snap is None:  # nothing to compare with: skip-and-clip, and the level is learned
+            if kind == "divergence" and policy.excursion is not None:
+                policy._learned(plan, "no snapshot to compare with (checkpoint_every=0)")
+            else:
+                policy.data_verdict = True
             return
-        before = policy.incident if policy.incident is not None else step
-        if kind == "grad_spike":  # the norms grew over the last steps: go back before them
-            before = step - self.config.rollback_after
-        snap = self._snaps.pick(before=before) if esc.rollback else None
+        self._aside = _to_cpu(self._state())
+        self._restore(snap.load())
+        probe = policy.start_probe(kind, snap.step)
+        plan.action = Action.ROLLBACK
+        plan.add(
+            "probe",
+            "warning",
+            to_step=snap.step,
+            since=probe.incident,
+            live_loss=probe.live,
+            steps=self.config.probe_steps,
+            reason=f"the loss has been {'non-finite' if kind == 'nonfinite' else 'above its level'} "
+            f"since step {probe.incident}: trying the snapshot from step {snap.step} on the next "
+            f"{self.config.probe_steps} batches (skipped) before rolling back for good",
+        )
+
+    def _verdict(self, step: int, plan: Plan) -> None:
+        """The probe's batches are in: the rollback stands, or the live state comes back."""
+        policy = self._policy
+        probe = policy.end_probe()
+        aside, self._aside = self._aside, None
+        if probe.helped():
+            why = (
+                f"the snapshot from step {probe.to_step} scores {_g(probe.score())} on the "
+                f"current batches where the live weights scored {_g(probe.live)}"
+            )
+            if probe.moved():  # better, but far from the old level too: the data moved as well
+                plan.action = Action.ROLLBACK
+                policy.relevel([v for v in probe.losses if math.isfinite(v)])
+                plan.add(
+                    "level_shift",
+                    "warning",
+                    since=probe.incident,
+                    to_step=probe.to_step,
+                    new_level=probe.score(),
+                    reason=why + ": kept, and the level it scores "
+                    "there is learned (the data moved too)",
+                )
+                policy.data_verdict = True
+                return
+            self._rolled_back(step, plan, probe.to_step, why)
+            return
+        assert aside is not None
+        self._restore(aside)
+        plan.action = Action.ROLLBACK
+        what = "non-finite" if probe.kind == "nonfinite" else f"at {_g(probe.score())}"
+        reason = (
+            f"the snapshot from step {probe.to_step} does no better on the current batches "
+            f"({what}): the weights are not to blame; the live state is back"
+        )
+        if probe.kind == "divergence" and probe.recent:
+            policy.relevel(probe.recent)
+            plan.add(
+                "level_shift",
+                "warning",
+                since=probe.incident,
+                to_step=probe.to_step,
+                new_level=statistics.median(probe.recent),
+                reason=reason + ", new level learned",
+            )
+        else:
+            plan.add(
+                "probe_undone",
+                "warning",
+                since=probe.incident,
+                to_step=probe.to_step,
+                reason=reason + ", skipping non-finite batches as skip-and-clip would",
+            )
+        policy.data_verdict = True
+
+    def _recover(self, step: int, plan: Plan, why: str) -> None:
+        """Roll back at once (non-finite weights, a collapsed fp16 scale); stop only when the
+        weights are non-finite and no snapshot brings back finite ones."""
+        policy = self._policy
+        snap = self._snaps.pick(before=policy.incident if policy.incident is not None else step)
         if snap is not None:
             self._restore(snap.load())
-            plan.action = Action.ROLLBACK
-            plan.add(
-                "rollback",
-                "error",
-                to_step=snap.step,
-                where=str(snap.path or "memory"),
-                not_helped=esc.unhelpful,
+        if not self._weights_finite():
+            where = (
+                "no snapshot is kept"
+                if snap is None
+                else f"the snapshot from step {snap.step} is not finite either"
             )
-        if esc.lr_scale != policy.lr_scale:
-            plan.add("lr_reduced", "warning", lr_scale=esc.lr_scale, sticky=policy.sticky)
-        policy.escalated(esc)
+            self._stop(step, plan, f"{why}, and {where}")
+            return
+        if snap is not None:
+            self._rolled_back(step, plan, snap.step, why)
+            return
+        fall, scale, unhelpful = policy.diverged()  # no snapshot (checkpoint_every=0): LR cut
+        if fall:
+            self._fall_back(step, plan, unhelpful)
+            policy.escalated(1.0, 0, rolled_back=False)
+            return
+        if scale != policy.lr_scale:
+            plan.add("lr_reduced", "warning", lr_scale=scale, sticky=policy.sticky, evidence=why)
+        policy.escalated(scale, unhelpful, rolled_back=False)
+
+    def _rolled_back(self, step: int, plan: Plan, to_step: int, why: str) -> None:
+        """A rollback that stands (divergence confirmed); a repeat cuts the LR; too many in a
+        row fall back to skip-and-clip."""
+        policy = self._policy
+        plan.action = Action.ROLLBACK
+        if policy.fallback:
+            plan.add("rollback", "error", to_step=to_step, cause="divergence", evidence=why)
+            policy.escalated(1.0, policy.unhelpful)
+            return
+        fall, scale, unhelpful = policy.diverged()
+        plan.add(
+            "rollback",
+            "error",
+            to_step=to_step,
+            cause="divergence",
+            evidence=why,
+            where=str(self._snaps.location),
+            not_helped=unhelpful,
+        )
+        if fall:
+            self._fall_back(step, plan, unhelpful)
+            policy.escalated(1.0, 0)
+            return
+        if scale != policy.lr_scale:
+            plan.add("lr_reduced", "warning", lr_scale=scale, sticky=policy.sticky)
+        policy.escalated(scale, unhelpful)
         self._skip_pending = self.config.skip_after_rollback
 
-    def _stop(self, step: int, plan: Plan, esc: Escalation) -> None:
-        plan.action = Action.STOP
-        what = "rollback(s)" if len(self._snaps) else "LR cut(s) (no snapshot kept)"
+    def _fall_back(self, step: int, plan: Plan, unhelpful: int) -> None:
+        """Rollbacks that kept not helping: skip-and-clip from here on, said loudly."""
+        self._policy.fall_back()
         msg = (
-            f"datacheck guard stopped training at step {step}: {esc.unhelpful} {what} in a row "
-            f"did not help ({plan.events[0]['kind']} on rank(s) {list(plan.ranks)}; LR now "
-            f"x{self._policy.lr_scale:g}); last good state: {self._snaps.location}. Restart from "
-            f"it with a lower learning rate, or inspect the data before step {step}"
+            f"datacheck guard: {unhelpful} rollbacks in a row did not keep the run healthy "
+            f"(trouble came back within {self.config.rollback_window} steps each time); from "
+            f"step {step} on it only skips non-finite steps and clips (skip-and-clip), the LR "
+            f"cut is undone. Look at the learning rate and the data before step {step}"
+            + (f" (events in {self._log_path})." if self._log_path else ".")
+        )
+        plan.add("fallback", "warning", message=msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+    def _stop(self, step: int, plan: Plan, why: str) -> None:
+        plan.action = Action.STOP
+        msg = (
+            f"datacheck guard stopped training at step {step}: {why} (the run cannot go on "
+            f"from non-finite weights); last good state: {self._snaps.location}. Restart from "
+            f"it and inspect the data and the learning rate before step {step}"
             + (f" (events in {self._log_path})." if self._log_path else ".")
         )
         plan.add("stop", "error", message=msg)
@@ -393,10 +547,6 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
 
     def _record(self, step: int, plan: Plan, loss: float, norm: float, at: int) -> None:
         """Snapshot and LR bookkeeping and the log lines of one step (``at``: the next step)."""
-        if plan.action.stepped and self._held is not None:
-            plan.add("samples_named", "info", samples=self._held[1][:1000])
-            self._name(*self._held)
-            self._held = None
         self._good_states(plan, plan.action.stepped, at, current=at == step + 1)
         if plan.action is Action.SKIP and plan.events and plan.events[0]["kind"] in SKIPPED_KINDS:
             self._skipped.add(step)
@@ -428,3 +578,7 @@ class TrainingGuard(DeviceDecisions, GoodStates, SampleEvidence):
             f"TrainingGuard(step={self.step_count}, rank={self.world.rank}/{self.world.size}, "
             f"{asdict(self.config)})"
         )
+
+
+def _g(value: float | None) -> str:
+    return "nothing finite" if value is None else f"{value:.4g}"

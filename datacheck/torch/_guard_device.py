@@ -1,9 +1,9 @@
 """What the guard runs on the device: the optimizer step under the LR cut, and sync-free mode.
 
 In sync-free mode (``sync_every=N``) the skip decision stays on the device: the all-reduced
-table and a device-side ``ok`` flag (finite, and the loss under the last read-back spike
-threshold) drive a masked update (:class:`~datacheck.torch._syncfree.MaskedStep`), and the
-host reads the records of N steps back at once, logs them and escalates at most once.
+table and a device-side ``ok`` flag (every loss and norm finite, and no probe under way) drive
+a masked update (:class:`~datacheck.torch._syncfree.MaskedStep`), and the host reads the
+records of N steps back at once, logs them and escalates at most once.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class DeviceDecisions:
     _masked: MaskedStep | None
     _pending: list[tuple[int, torch.Tensor]]
     _stop_message: str | None
+    _device_probe: int
 
     def _escalate(self, step: int, plan: Plan) -> None:
         raise NotImplementedError
@@ -93,19 +94,20 @@ class DeviceDecisions:
     def _step_on_device(
         self, step: int, loss: torch.Tensor, norm: torch.Tensor, hook_bad: torch.Tensor | None
     ) -> StepResult:
-        """Decide on the device (non-finite, or loss >= the last read-back spike threshold)."""
+        """Decide on the device (a non-finite loss or norm is skipped; so is a probe's batch)."""
         cfg = self.config
         table = _dist.device_stats(self.world, loss, norm, hook_bad)
-        ok = torch.isfinite(table[:, :2]).all()
-        thr = self._policy.loss.threshold
-        if thr is not None:
-            ok = ok & (table[:, 0].mean() < thr)
+        probe = self._device_probe > 0
+        ok = torch.isfinite(table[:, :2]).all() & (not probe)
+        if probe:
+            self._device_probe -= 1
         if cfg.clip_norm is not None:
             clip_grads_with_norm_(self._params, cfg.clip_norm, norm, foreach=True)
         assert self._masked is not None
         with scaled_lr(self.optimizer, self._policy.lr_scale):
             self._masked.step(ok)
-        self._pending.append((step, torch.cat([table.reshape(-1), ok.reshape(1).to(table.dtype)])))
+        flags = torch.stack([ok.to(table.dtype), table.new_tensor(float(probe))])
+        self._pending.append((step, torch.cat([table.reshape(-1), flags])))
         if len(self._pending) < cfg.sync_every:
             return StepResult(step, Action.DEFERRED, math.nan, math.nan, self.lr)
         return self._read_back()
@@ -121,10 +123,21 @@ class DeviceDecisions:
         loss = norm = math.nan
         for step, row in zip(steps, rows, strict=True):
             table = _dist.table_from_rows([row[3 * r : 3 * r + 3] for r in range(self.world.size)])
-            plan, loss, norm = self._replay(step, table, ok=row[-1] > 0)
+            if self._policy.probing and not row[-1] > 0:  # decided before the probe began
+                self._record(
+                    step,
+                    Plan(Action.SKIP if row[-2] <= 0 else Action.STEP),
+                    math.nan,
+                    math.nan,
+                    at=self.step_count,
+                )
+                continue
+            plan, loss, norm = self._replay(step, table, ok=row[-2] > 0, probe=row[-1] > 0)
             if plan.escalate and not escalated:
                 self._escalate(step, plan)
                 escalated, action = True, plan.action
+                if self._policy.probing:  # the probe's batches are the next ones the device sees
+                    self._device_probe = self.config.probe_steps
             self._record(step, plan, loss, norm, at=self.step_count)
             kinds += [e["kind"] for e in plan.events]
             ranks.update(plan.ranks)
@@ -135,23 +148,23 @@ class DeviceDecisions:
             raise TrainingStopped(self._stop_message)
         return result
 
-    def _replay(self, step: int, table: _dist.RankTable, ok: bool) -> tuple[Plan, float, float]:
+    def _replay(
+        self, step: int, table: _dist.RankTable, ok: bool, probe: bool
+    ) -> tuple[Plan, float, float]:
         """Host bookkeeping for a step the device already decided."""
         finite = [v for v in table.losses if math.isfinite(v)]
         loss = sum(finite) / len(finite) if finite else math.nan
         norm = math.nan if any(map(math.isnan, table.norms)) else max(table.norms)
         policy = self._policy
+        bad = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_GRAD)
+        if probe:
+            return policy.probe_step(math.nan if bad else loss), loss, norm
         if ok:
             clipped = self.config.clip_norm is not None and norm > self.config.clip_norm
             action = Action.CLIP if clipped else Action.STEP
-            return policy.healthy(step, action, loss, norm, table.norms), loss, norm
-        if table.ranks_with(_dist.BIT_LOSS | _dist.BIT_GRAD):
-            started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
-            ranks = started or table.ranks_with(_dist.BIT_GRAD)
-            plan = policy.bad(step, "nonfinite", ranks, loss=loss, grad_norm=norm)
-        else:
-            thr = policy.loss.threshold or math.nan
-            ranks = tuple(r for r, v in enumerate(table.losses) if v >= thr)
-            plan = policy.bad(step, "loss_spike", ranks, loss=loss, threshold=thr)
-        policy.blame(plan, evidence=False)
+            return policy.finite(step, action, loss, norm, table.norms), loss, norm
+        started = table.ranks_with(_dist.BIT_LOSS | _dist.BIT_LOCAL_GRAD)
+        ranks = started or table.ranks_with(_dist.BIT_GRAD)
+        plan = policy.nonfinite(step, ranks, loss=loss, grad_norm=norm)
+        policy.blame(plan, evidence=False, step=step)
         return plan, loss, norm

@@ -1,12 +1,13 @@
-"""Naming the samples behind a bad step: per-sample evidence, quarantine, exclusion.
+"""Naming the samples behind a non-finite step: per-sample evidence, quarantine, exclusion.
 
-Evidence is a non-finite per-sample loss (named at once), or per-sample losses that are
-outliers within their batch (:func:`~datacheck.torch._guard_log.name_samples`) and no better
-than the run's start (the median loss of its first healthy steps, an untrained model's guess): at
-a non-finite step they are named at once (a sample whose finite loss stands far above the rest
-overflowed the gradient); at a loss spike only when the run is settled and once the next step
-shows the spike was isolated.  Named samples go to the runtime quarantine and are excluded for
-the rest of the run on every rank.
+Evidence is a non-finite per-sample loss, or (the gradient being non-finite while every
+per-sample loss is finite) per-sample losses that are outliers within their batch
+(:func:`~datacheck.torch._guard_log.name_samples`), far above every other one and no better
+than the run's start (the median loss of its first healthy steps, an untrained model's guess):
+such a sample overflowed the gradient (a 1e30 input).  A finite high loss alone is never
+evidence: hard and mislabelled-looking clean samples are normal, more so on a converged model,
+and skip-and-clip would step on them.  Named samples go to the runtime quarantine and are
+excluded for the rest of the run on every rank.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ class SampleEvidence:
     world: _dist.World
     loader: ExcludingLoader | None
     _policy: Policy
-    _threshold: float | None
-    _held: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None
     _quarantine: QuarantineWriter | None
     _epoch: int
     _batch: int
@@ -46,19 +45,12 @@ class SampleEvidence:
         indices: Sequence[SampleKey] | None,
         sample_losses: torch.Tensor | None,
     ) -> None:
-        """Name the samples behind a skipped step (every rank's), then blame data or divergence."""
-        self._held = None  # the previous step's outliers: this step is bad too, not isolated
+        """Name the samples behind a non-finite step (every rank's), then blame data or not."""
         policy = self._policy
-        spike = plan.events[0]["kind"] == "loss_spike"
-        # A non-finite gradient beside finite per-sample losses, one of them far above the rest
-        # (an input of 1e30): that sample overflowed it, whatever state the run is in.  A loss
-        # spike is finite everywhere; its outliers count only when the run is settled.
-        nonfinite = not spike
         local = name_samples(
             indices,
             sample_losses,
-            outliers=(nonfinite or policy.settled) and (spike or self.world.rank in plan.ranks),
-            threshold=self._threshold if spike else None,
+            outliers=self.world.rank in plan.ranks or not plan.ranks,
             floor=policy.start_level,
         )
         named = [{**s, "rank": self.world.rank} for s in local]
@@ -66,8 +58,7 @@ class SampleEvidence:
             parts: list[Any] = [None] * self.world.size
             dist.all_gather_object(parts, named, group=self.world.group)
             named = [s for part in parts for s in part]
-        sure = bool(named) and nonfinite or any(s["check"] == "nonfinite_loss" for s in named)
-        policy.blame(plan, evidence=sure)
+        policy.blame(plan, evidence=bool(named), step=step)
         if indices is not None:
             plan.events[0]["indices"] = [json_key(k) for k in as_sample_keys(indices)][:1000]
         if not named:
@@ -77,11 +68,7 @@ class SampleEvidence:
         if self.loader is not None:  # what names each sample across runs, as the loader knows
             described = self.loader.describe([s["index"] for s in local])
             rows = [{**r, **d} for r, d in zip(rows, described, strict=True)]
-        if sure:
-            self._name(rows, named)
-        else:  # outliers: named once the next step shows the spike was isolated (not divergence)
-            plan.events[0]["pending"] = True
-            self._held = (rows, named)
+        self._name(rows, named)
 
     def _name(self, rows: list[dict[str, Any]], named: list[dict[str, Any]]) -> None:
         """Quarantine this rank's named samples; exclude every rank's for the rest of the run."""

@@ -163,7 +163,11 @@ def bad_steps(log: str | Path, *, name: str | None = None) -> set[int]:
         if rec.get("kind") == "resume":
             at = int(rec["step"])
             steps = {s for s in steps if s < at}
-        elif rec.get("kind") in SKIPPED_KINDS and not rec.get("dropped"):
+        elif (
+            rec.get("kind") in SKIPPED_KINDS
+            and not rec.get("dropped")
+            and rec.get("action", "skip") == "skip"  # a loss spike is stepped (skip-and-clip)
+        ):
             steps.add(int(rec["step"]))
     return steps
 

@@ -25,7 +25,7 @@ DIVERGENCE_EVENTS = frozenset({"nonfinite", "loss_spike", "scaler_collapse", "ro
 
 
 class TrainingStopped(DatacheckError):
-    """The guard gave up: rollbacks did not recover the run."""
+    """The guard gave up: the weights are non-finite and no snapshot recovers them."""
 
 
 class Action(str, enum.Enum):
@@ -46,13 +46,19 @@ class Action(str, enum.Enum):
     DEFERRED = "deferred"
     """Sync-free mode: decided on the device; the events are read back every ``sync_every`` steps."""
     STOP = "stop"
-    """Gave up (raised :class:`TrainingStopped` unless ``raise_on_stop=False``)."""
+    """Gave up: the weights are non-finite and no snapshot brings back finite ones (raised as
+    :class:`TrainingStopped` unless ``raise_on_stop=False``)."""
 
     @property
     def stepped(self) -> bool:
         """Whether the weights were updated this step."""
         return self in (Action.STEP, Action.CLIP, Action.DROP_RANKS)
 
+
+GUARD_GRAD = replace(GRAD_NORM, min_readings=32, min_spread=32)
+"""The grad-norm detector of ``datacheck logs`` with a warm-up of 32 steps: a young run's
+gradient norm rises as it leaves its initialisation (5x within the first steps is normal), and
+a warning it raises then says nothing about the data or the weights."""
 
 GUARD_LOSS = replace(LOSS, min_readings=LOSS.min_spread)
 """The loss detector of ``datacheck logs`` judging from its 8th reading on, when the spread
@@ -71,13 +77,29 @@ class GuardConfig:
     loss_spike: SpikeConfig = GUARD_LOSS
     """What a loss spike is: the detector ``datacheck logs`` uses, with its defaults (median and
     MAD over 128 readings, 6 robust sigmas and 1.5x the median), judging from the 8th step."""
-    grad_spike: SpikeConfig = GRAD_NORM
-    """What a grad-norm spike is (a warning; ``rollback_after`` in a row mean divergence)."""
+    grad_spike: SpikeConfig = GUARD_GRAD
+    """What a grad-norm spike is: a warning only (the step is clipped, no rollback), judged
+    from the 32nd step on."""
     rollback_after: int = 3
-    """Consecutive bad steps (no per-sample evidence) or grad spikes that mean divergence."""
+    """Readings in a row above the spike threshold, at ``sharp_rise`` times the level, before
+    the guard probes whether the weights are to blame (more in a series that often spikes by
+    chance); also the non-finite steps in a row after which the weights are checked."""
+    sharp_rise: float = 4.0
+    """A loss this many times its level rose sharply: probed after ``rollback_after`` steps."""
+    patience: int = 24
+    """Readings of an excursion (the loss above its spike threshold most of the time) after
+    which the guard probes when the loss is not coming down; also the non-finite steps in a
+    row (weights finite, no per-sample evidence) after which it probes."""
+    probe_steps: int = 3
+    """Batches read on the snapshot under trial (skipped) before the guard decides whether the
+    rollback stands (the snapshot does clearly better) or is undone (it does no better)."""
     max_rollbacks: int = 5
-    """Rollbacks that did not help (trouble came back within ``rollback_window`` steps) before
-    the guard stops; a rollback followed by ``rollback_window`` healthy steps resets the count."""
+    """Confirmed rollbacks in a row whose trouble came back within ``rollback_window`` steps
+    before the guard falls back to skip-and-clip (a ``fallback`` warning); a rollback followed
+    by ``rollback_window`` healthy steps resets the count."""
+    max_skips: int = 100
+    """Steps skipped in a row (non-finite batches) after which, and every this many, the log
+    says why skipping goes on (``skip_stretch``)."""
     rollback_window: int = 200
     """Stepped steps after a rollback within which new trouble means it did not help."""
     lr_factor: float = 0.25
@@ -132,6 +154,8 @@ class GuardConfig:
     def __post_init__(self) -> None:
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise UsageError(f"guard config: clip_norm={self.clip_norm!r} must be > 0 or None")
+        if not self.sharp_rise > 1.0:
+            raise UsageError(f"guard config: sharp_rise={self.sharp_rise!r} must be > 1")
         if not 0.0 < self.lr_factor <= 1.0:
             raise UsageError(f"guard config: lr_factor={self.lr_factor!r} must be in (0, 1]")
         if self.async_checkpoint and self.checkpoint_dir is None:
@@ -155,6 +179,9 @@ _AT_LEAST_ONE = (
     "rollback_window",
     "keep_checkpoints",
     "max_scaler_skips",
+    "patience",
+    "probe_steps",
+    "max_skips",
 )
 _AT_LEAST_ZERO = (
     "checkpoint_every",

@@ -34,6 +34,7 @@ __all__ = [
     "SnapshotStore",
     "capture_rng",
     "capture_state",
+    "copy_to_cpu",
     "restore_rng",
     "restore_state",
 ]
@@ -55,8 +56,12 @@ class Snapshot:
         return torch.load(self.path, map_location="cpu", weights_only=True)
 
 
-def _to_cpu(obj: Any) -> Any:
+def copy_to_cpu(obj: Any) -> Any:
     """Deep copy with every tensor cloned to the CPU (state dicts alias live tensors)."""
+    return _to_cpu(obj)
+
+
+def _to_cpu(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):

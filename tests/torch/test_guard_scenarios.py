@@ -1,53 +1,51 @@
-"""The scenario benchmark's small version, with its targets as assertions (issue 14).
-
-MLP task, 300 steps, scenarios clean / poison / lr_base / shuffled, and ddp2 (2 gloo processes,
-bad data on rank 1), three ways each.
-"""
+"""A fast slice of the guard scenario suite (issue 28), with its targets as assertions: never
+worse than skip-and-clip beyond 5 % + 0.01 nats, no stop where skip-and-clip finishes, no clean
+sample quarantined, and better where the guard exists for (non-finite samples, a NaN
+micro-batch, real divergence).  The whole suite: ``python benchmarks/guard_scenarios.py``."""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import guard_scenarios  # noqa: E402
+
+SLICE = ("clean", "class_incremental", "stale_batch", "nan_samples", "nan_microbatch", "lr_x100")
+MUST_WIN = ("nan_samples", "nan_microbatch", "lr_x100")
 
 
 @pytest.fixture(scope="module")
 def rows():
     torch.set_num_threads(1)
-    found = guard_scenarios.measure(small=True)
+    found = guard_scenarios.measure(SLICE, ("mlp",), seeds=(0,), scale=0.5)
     return {(r["scenario"], r["way"]): r for r in found}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_never_worse_than_skip_and_clip_and_better_where_it_acts(rows):
-    better = 0
-    for scenario in ("clean", "poison", "lr_base", "shuffled", "ddp2"):
+def test_never_worse_than_skip_and_clip_and_better_where_it_exists_for(rows):
+    for scenario in SLICE:
         guard, clip = rows[scenario, "guard"], rows[scenario, "clip"]
-        assert guard["stopped"] is None and guard["crashed"] is None, scenario
-        if clip["crashed"] is not None:
-            better += 1  # skip-and-clip did not finish; the guarded run did
-            continue
-        assert guard["loss"] <= clip["loss"] * 1.1 + 0.01, scenario
-        assert guard["acc"] >= clip["acc"] - 0.01, scenario
-        better += guard["loss"] < 0.8 * clip["loss"]
-    assert better >= 3  # poison (finishes), lr_base and shuffled (lower held-out loss)
-    assert math.isnan(rows["ddp2", "none"]["loss"])  # one rank's NaN reaches every rank
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_silent_on_a_clean_run_and_no_clean_sample_quarantined(rows):
+        assert not guard_scenarios.worse(guard, clip), (scenario, guard, clip)
+        assert guard["stopped"] is None and guard["clean_quarantined"] == 0, scenario
+        if scenario in MUST_WIN:
+            assert guard_scenarios.better(guard, clip), (scenario, guard, clip)
     clean = rows["clean", "guard"]
-    assert clean["skips"] == clean["rollbacks"] == clean["lr_cuts"] == clean["lost"] == 0
-    for scenario in ("clean", "poison", "lr_base", "shuffled", "ddp2"):
-        assert rows[scenario, "guard"]["clean_quarantined"] == 0, scenario
-    assert rows["shuffled", "guard"]["lr_cuts"] == 0  # bad data is skipped, never an LR cut
-    assert rows["lr_base", "guard"]["lr_cuts"] >= 1  # divergence is
+    assert clean["lost"] == clean["rollbacks"] == clean["lr_cuts"] == clean["probes"] == 0
+    assert rows["class_incremental", "guard"]["lr_cuts"] == 0
+
+
+def test_the_comparison_rule():
+    clip = {"loss": 1.0, "crashed": None, "stopped": None}
+    ok = {"loss": 1.059, "crashed": None, "stopped": None}
+    bad = {"loss": 1.061, "crashed": None, "stopped": None}
+    assert not guard_scenarios.worse(ok, clip) and guard_scenarios.worse(bad, clip)
+    assert guard_scenarios.worse({**ok, "stopped": 10}, clip)
+    crashed = {"loss": float("nan"), "crashed": "step 4: IndexError", "stopped": None}
+    assert guard_scenarios.better(ok, crashed) and not guard_scenarios.worse(ok, crashed)
