@@ -120,7 +120,7 @@ def mlp_task(steps: int = 600, seed: int = 0) -> Task:
             torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
         )
 
-    return Task("mlp", train, test, 10, build, 2e-3, steps, seed=seed)
+    return Task("mlp", train, test, 10, build, 5e-3, steps, seed=seed)
 
 
 class _Image(torch.nn.Module):
