@@ -184,9 +184,13 @@ def _creep(step: int, steps: int) -> float:
     return 1.0 if step < start else 1.01 ** (step - start)
 
 
+ONECYCLE = 100.0
+"""OneCycleLR's max_lr over the task's LR: far past the stable LR (the loss blows up at the peak)."""
+
+
 def _onecycle(opt: Any, task: Task) -> Any:
     base = opt.param_groups[0]["lr"]
-    return S.OneCycleLR(opt, max_lr=50 * base, total_steps=task.steps)
+    return S.OneCycleLR(opt, max_lr=ONECYCLE * base, total_steps=task.steps)
 
 
 SCENARIOS: dict[str, Scenario] = {

@@ -42,6 +42,14 @@ __all__ = ["AfterStep", "Cause", "Plan", "Policy"]
 
 _RECENT = 128
 """Judged readings over which the spike rate is counted."""
+_LEVEL = 16
+"""Readings whose median is the run's current level, for the drift test."""
+DRIFT = 2.0
+"""A current level this many times the run's best level is a drift (a slow divergence: the LR
+creeping up, OneCycleLR past its stable LR), followed as an excursion from the best level."""
+RISE = 1.4
+"""The rise starts where the level last stood under this many times the best level: the
+rollback target is a snapshot from before that."""
 
 
 class Cause(str, enum.Enum):
@@ -119,6 +127,11 @@ class Policy:
         self.sticky = cfg.lr_restore_after is None
         self.start: list[float] = []
         """The first healthy losses of the run (``start_level``)."""
+        self.last: deque[float] = deque(maxlen=_LEVEL)
+        """The latest stepped losses on these weights (their median: the current level)."""
+        self.best: list[float] | None = None
+        """[level, step, last step under RISE x level]: the lowest current level of the run so
+        far (since a new level), and where a rise from it began."""
 
     @property
     def start_level(self) -> float | None:
@@ -224,6 +237,10 @@ class Policy:
         spike = verdict.above or (threshold is not None and loss >= threshold)
         if verdict.kind != "warmup":
             self.recent.append(spike)
+        self.last.append(loss)
+        drift = self._drift(step) if not spike and self.excursion is None else None
+        if drift is not None:
+            threshold, spike = drift, True
         if spike or self.excursion is not None:
             self._excursion(plan, step, loss, threshold, verdict.level)
         else:
@@ -233,6 +250,27 @@ class Policy:
             if len(self.start) < self.cfg.loss_spike.min_spread and math.isfinite(loss):
                 self.start.append(loss)
         return plan
+
+    def _drift(self, step: int) -> float | None:
+        """Track the run's best level; the threshold of a drift excursion when the current
+        level has risen ``DRIFT`` times above it (None otherwise)."""
+        if len(self.last) < _LEVEL or self.loss.level is None:
+            return None
+        level = statistics.median(self.last)
+        if self.best is None or level < self.best[0]:
+            self.best = [level, float(step), float(step)]
+            return None
+        if level < RISE * self.best[0]:
+            self.best[2] = float(step)  # the rise, if one comes, starts after this step
+        if self.fallback or self.data_verdict or not level >= DRIFT * self.best[0] > 0:
+            return None
+        return DRIFT * self.best[0]
+
+    def at_best(self) -> bool:
+        """The current level is (about) the run's best: a snapshot now is worth pinning."""
+        if self.best is None or len(self.last) < _LEVEL:
+            return False
+        return statistics.median(self.last) <= 1.1 * self.best[0]
 
     def _grad(
         self, plan: Plan, step: int, norm: float, norms: tuple[float, ...], action: Action
@@ -281,10 +319,22 @@ class Policy:
         if exc is None:
             assert threshold is not None
             need = chance_streak(self.recent, self.cfg.rollback_after, spike=True)
-            exc = self.excursion = Excursion(step, threshold, level or threshold, need=need)
-            self.incident = step
+            drifted = self.best is not None and threshold == DRIFT * self.best[0]
+            if drifted:  # back to the best level's state, judged from there
+                assert self.best is not None
+                level, need = self.best[0], self.cfg.patience
+                plan.add(
+                    "drift",
+                    "warning",
+                    level=statistics.median(self.last),
+                    best_level=self.best[0],
+                    best_step=int(self.best[1]),
+                )
+            exc = Excursion(step, threshold, level or threshold, need=need, drift=drifted)
+            self.excursion = exc
+            self.incident = int(self.best[2]) + 1 if drifted and self.best else step
         exc.add(loss)
-        if loss >= exc.threshold:  # the step's first event (a grad spike beside it is a symptom)
+        if loss >= exc.threshold and not exc.drift:  # first event (a grad spike is a symptom)
             plan.add(
                 "loss_spike",
                 "warning",
@@ -343,6 +393,8 @@ class Policy:
                 self.loss.update(v)
         self.gnorm = SpikeDetector(self.cfg.grad_spike)
         self.recent.clear()
+        self.last.clear()
+        self.best = None
         self.excursion = None
         self.incident = None
         self.since_snapshot = max(self.since_snapshot, self.cfg.checkpoint_every)
@@ -420,6 +472,7 @@ class Policy:
         self.since_warning = 0
         self.excursion = None
         self.incident = None
+        self.last.clear()  # the restored weights' losses from here on
         self.discard()
 
     def fall_back(self) -> None:
@@ -493,6 +546,7 @@ class Policy:
         "restored_from",
         "sticky",
         "start",
+        "best",
     )
 
     def state(self) -> dict[str, Any]:
@@ -502,6 +556,7 @@ class Policy:
             **{name: getattr(self, name) for name in self._FIELDS},
             "confirming": self.confirming,
             "recent": list(self.recent),
+            "last": list(self.last),
             "excursion": None if exc is None else exc.state(),
             "loss": self.loss.state_dict(),
             "grad_norm": self.gnorm.state_dict(),
@@ -510,11 +565,12 @@ class Policy:
     def load(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state` returned (a candidate snapshot is not kept, nor a probe:
         the next snapshot is due as soon as it is quiet)."""
-        for name in self._FIELDS:
-            setattr(self, name, state[name])
+        for name in self._FIELDS:  # a field newer than the state keeps its start value
+            setattr(self, name, state.get(name, getattr(self, name)))
         self.confirming = state.get("confirming")
         self.discard()
         self.recent = deque((bool(v) for v in state.get("recent", ())), maxlen=_RECENT)
+        self.last = deque((float(v) for v in state.get("last", ())), maxlen=_LEVEL)
         exc = state.get("excursion")
         self.excursion = None if exc is None else Excursion(**exc)
         self.probe = None

@@ -57,7 +57,7 @@ class GoodStates:
         if after.restore:
             plan.add("lr_restored", "info", lr=self.lr)
         if after.commit:
-            snap = snaps.commit()
+            snap = snaps.commit(pin=policy.at_best())
             plan.add("checkpoint", "info", at_step=snap.step, where=str(snap.path or "memory"))
         if after.snapshot:
             snaps.propose(at, self._state())

@@ -62,6 +62,8 @@ class Excursion:
     """Readings in a row back under ``threshold``."""
     need: int = 3
     """Readings in a row above that make a sharp rise no chance (:func:`chance_streak`)."""
+    drift: bool = False
+    """Opened by a slow rise of the level (no spike), from the run's best level."""
 
     def add(self, loss: float) -> None:
         self.losses.append(loss)

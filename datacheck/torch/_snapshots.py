@@ -93,6 +93,10 @@ class SnapshotStore:
         self._snaps: deque[Snapshot] = deque()
         self.candidate: Snapshot | None = None
         """The newest snapshot, not yet confirmed by healthy steps after it (never rolled back to)."""
+        self.pinned: Snapshot | None = None
+        """A committed snapshot kept beyond ``keep``: the run at its best level so far (the
+        state to return to when the loss drifts up slowly, over more steps than ``keep``
+        snapshots cover)."""
         if self._dir is not None:
             self._dir.mkdir(parents=True, exist_ok=True)
 
@@ -127,13 +131,19 @@ class SnapshotStore:
         self.candidate = Snapshot(step, path=path)
         return self.candidate
 
-    def commit(self) -> Snapshot:
-        """The candidate becomes the newest committed snapshot; the oldest beyond ``keep`` goes."""
+    def commit(self, pin: bool = False) -> Snapshot:
+        """The candidate becomes the newest committed snapshot; the oldest beyond ``keep`` goes,
+        except the pinned one (``pin``: this one is, the run's best so far; it is kept beyond
+        ``keep`` until another is pinned)."""
         snap, self.candidate = self.candidate, None
         assert snap is not None, "commit() without a candidate"
         self._snaps.append(snap)
-        while len(self._snaps) > self._keep:
-            self._delete(self._snaps.popleft())
+        if pin:
+            self.pinned = snap
+        newest = {id(s) for s in list(self._snaps)[-self._keep :]}
+        for old in [s for s in self._snaps if id(s) not in newest and s is not self.pinned]:
+            self._snaps.remove(old)
+            self._delete(old)
         return snap
 
     def discard(self) -> Snapshot | None:
@@ -196,7 +206,7 @@ class SnapshotStore:
         run replays those steps and would otherwise roll back into its own future.
         """
         keep = {Path(p) for _, p in files}
-        self.candidate = None
+        self.candidate = self.pinned = None
         self._snaps = deque(Snapshot(step, path=Path(p)) for step, p in files if Path(p).is_file())
         if self._dir is None:
             return
