@@ -37,7 +37,11 @@ def _sync(device: str) -> None:
 
 
 def _update(
-    guard: TrainingGuard | None, model: torch.nn.Module, opt: Any, loss: torch.Tensor
+    guard: TrainingGuard | None,
+    model: torch.nn.Module,
+    opt: Any,
+    loss: torch.Tensor,
+    evidence: tuple[list[int], torch.Tensor] | None = None,
 ) -> int:
     """The update part of a step; returns the host syncs it made (CUDA only)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -45,7 +49,9 @@ def _update(
         if torch.cuda.is_available():
             torch.cuda.set_sync_debug_mode("warn")
         try:
-            if guard is not None:
+            if guard is not None and evidence is not None:
+                guard.step(loss, indices=evidence[0], sample_losses=evidence[1])
+            elif guard is not None:
                 guard.step(loss)
             else:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
@@ -57,15 +63,17 @@ def _update(
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
-def _step(guard, model, opt, x, y, device) -> tuple[float, float, int]:
+def _step(guard, model, opt, x, y, device, evidence=False) -> tuple[float, float, int]:
     """(whole step seconds, update seconds, host syncs in the update)."""
     _sync(device)
     t0 = time.perf_counter()
-    loss = torch.nn.functional.mse_loss(model(x), y)
+    per_sample = torch.nn.functional.mse_loss(model(x), y, reduction="none").mean(dim=1)
+    loss = per_sample.mean()
     loss.backward()
     _sync(device)
     t1 = time.perf_counter()
-    syncs = _update(guard, model, opt, loss)
+    names = (list(range(len(x))), per_sample.detach()) if evidence else None
+    syncs = _update(guard, model, opt, loss, names)
     opt.zero_grad(set_to_none=True)
     _sync(device)
     t2 = time.perf_counter()
@@ -81,6 +89,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (CPU)")
     ap.add_argument("--sync-every", type=int, default=0, help="the guard's sync-free mode (0: off)")
+    ap.add_argument(
+        "--evidence",
+        action="store_true",
+        help="pass indices= and sample_losses= each step (as the docs' loop does)",
+    )
+    ap.add_argument(
+        "--checkpoint-every", type=int, default=0, help="the guard's snapshots (0: off; default 50)"
+    )
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -88,7 +104,13 @@ def main() -> None:
     for variant in ("plain", "guard"):
         model, opt = _setup(a.device, a.width, a.depth)
         guard = (
-            TrainingGuard(model, opt, clip_norm=1.0, checkpoint_every=0, sync_every=a.sync_every)
+            TrainingGuard(
+                model,
+                opt,
+                clip_norm=1.0,
+                checkpoint_every=a.checkpoint_every,
+                sync_every=a.sync_every,
+            )
             if variant == "guard"
             else None
         )
@@ -98,7 +120,7 @@ def main() -> None:
     rec: dict[str, list[tuple[float, float, int]]] = {"plain": [], "guard": []}
     for i in range(a.steps + 20):
         for variant in ("plain", "guard") if i % 2 else ("guard", "plain"):
-            out = _step(*runs[variant], x, y, a.device)
+            out = _step(*runs[variant], x, y, a.device, evidence=a.evidence)
             if i >= 20:
                 rec[variant].append(out)
     med = {
@@ -117,7 +139,10 @@ def main() -> None:
         "steps": a.steps,
         "threads": torch.get_num_threads(),
         "sync_every": a.sync_every,
+        "evidence": a.evidence,
+        "checkpoint_every": a.checkpoint_every,
         **med,
+        "overhead_ms": 1e3 * statistics.median(paired),
         "overhead_pct": 100 * statistics.median(paired) / med["plain"]["step_ms"] * 1e3,
         "host_syncs_per_step": (
             {v: sum(r[2] for r in rs) / len(rs) for v, rs in rec.items()}
@@ -133,7 +158,9 @@ def main() -> None:
     for v in ("plain", "guard"):
         table.rows.append([v, med[v]["step_ms"], med[v]["update_ms"]])
     table.rows.append(["overhead %", result["overhead_pct"], ""])
-    write_results(f"guard-overhead-{a.device}", result, table=table, params=vars(a))
+    table.rows.append(["overhead ms", result["overhead_ms"], ""])
+    name = f"guard-overhead-{a.device}" + ("-evidence" if a.evidence else "")
+    write_results(name, result, table=table, params=vars(a))
 
 
 if __name__ == "__main__":

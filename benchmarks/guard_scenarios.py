@@ -30,6 +30,7 @@ import json
 import math
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,14 @@ def _scheduler(task: Task, sc: Scenario, opt: Any) -> Any:
     )
 
 
+def _schedule_step(sched: Any) -> None:
+    """``sched.step()``; skip-and-clip may skip the very first step (a NaN batch), which
+    torch warns about: the schedule is meant to advance per batch either way."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler.step\(\)`")
+        sched.step()
+
+
 def _count(out: dict[str, Any], res: Any) -> None:
     for key, kind in (("rollbacks", "rollback"), ("lr_cuts", "lr_reduced"), ("probes", "probe")):
         out[key] += kind in res.events
@@ -137,7 +146,7 @@ def run(task: Task, sc: Scenario, way: str, folder: Path) -> dict[str, Any]:
                 x, y = sc.after(task, step, x, y, after_gen)
             stepped = _train_step(task, sc, way, guard, model, opt, scaler, x, y, idx, out)
             out["lost"] += not stepped
-            sched.step()
+            _schedule_step(sched)
             opt.zero_grad(set_to_none=True)
             step += 1
     except TrainingStopped:
@@ -261,7 +270,7 @@ def _ddp_run(task: Task, way: str, rank: int, world: int, folder: Path) -> dict[
                 else:
                     stepped = _clip_update(way, model, opt, scaler, loss, micro_ok=True)
                 out["lost"] += not stepped
-                sched.step()
+                _schedule_step(sched)
                 opt.zero_grad(set_to_none=True)
                 step += 1
     except TrainingStopped:

@@ -42,8 +42,9 @@ __all__ = ["AfterStep", "Cause", "Plan", "Policy"]
 
 _RECENT = 128
 """Judged readings over which the spike rate is counted."""
-_LEVEL = 16
-"""Readings whose median is the run's current level, for the drift test."""
+_LEVEL = 32
+"""Readings whose median is the run's current level, for the drift test (enough that the
+median of a noisy series, batches of 4, does not dip far below its level by chance)."""
 DRIFT = 2.0
 """A current level this many times the run's best level is a drift (a slow divergence: the LR
 creeping up, OneCycleLR past its stable LR), followed as an excursion from the best level."""
@@ -130,8 +131,9 @@ class Policy:
         self.last: deque[float] = deque(maxlen=_LEVEL)
         """The latest stepped losses on these weights (their median: the current level)."""
         self.best: list[float] | None = None
-        """[level, step, last step under RISE x level]: the lowest current level of the run so
-        far (since a new level), and where a rise from it began."""
+        """[level, step, last step under RISE x level]: the lowest level of the run so far (the
+        detector's window median: slow and robust, not the minimum of a noisy median), and
+        where the current level last stood under ``RISE`` times it."""
 
     @property
     def start_level(self) -> float | None:
@@ -254,11 +256,12 @@ class Policy:
     def _drift(self, step: int) -> float | None:
         """Track the run's best level; the threshold of a drift excursion when the current
         level has risen ``DRIFT`` times above it (None otherwise)."""
-        if len(self.last) < _LEVEL or self.loss.level is None:
+        base = self.loss.level
+        if len(self.last) < _LEVEL or base is None or self.loss.readings < _LEVEL:
             return None
         level = statistics.median(self.last)
-        if self.best is None or level < self.best[0]:
-            self.best = [level, float(step), float(step)]
+        if self.best is None or base < self.best[0]:  # the detector's slow, robust level
+            self.best = [base, float(step), float(step)]
             return None
         if level < RISE * self.best[0]:
             self.best[2] = float(step)  # the rise, if one comes, starts after this step
@@ -345,11 +348,13 @@ class Policy:
                 stepped=True,
             )
             plan.events.insert(0, plan.events.pop())
-            if exc.run > 1:
-                self.discard()
+        if loss >= exc.threshold:  # not a healthy stretch: no snapshot in it or just after it
+            self.discard()
+            self.since_warning = 0
         if exc.ended:
             plan.add("excursion_end", "info", since=exc.start, readings=len(exc.losses))
             self.excursion = None
+            self.since_warning = 0
             return
         if self.fallback or self.data_verdict or not exc.persists:
             return
