@@ -21,8 +21,18 @@ if TYPE_CHECKING:
 
 __all__ = ["read_guard_log", "timeline"]
 
-_NON_EVENTS = {"step", "checkpoint", "lr_restored", "scaler_overflow", "data_skip"}
-"""Guard log kinds that are routine, not worth a line on the timeline."""
+_NON_EVENTS = {
+    "step",
+    "checkpoint",
+    "checkpoint_discarded",
+    "lr_restored",
+    "scaler_overflow",
+    "data_skip",
+    "excursion_end",
+    "repeated_batch_end",
+}
+"""Guard log kinds that are routine (or the end of an event already drawn), not worth a line
+on the timeline."""
 
 
 def _number(value: Any) -> float:
