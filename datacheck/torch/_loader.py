@@ -386,8 +386,8 @@ class GuardedLoader:
             below = [f for f in findings if f.severity.rank < floor]
             bad_pos = {f.pos for f in bad}
             self.stats.warned += len({f.pos for f in below} - bad_pos)
-            for f in below:
-                if (f.key, f.check) not in self._warned:
+            for f in below:  # a sample dropped for an error is not "kept"
+                if f.pos not in bad_pos and (f.key, f.check) not in self._warned:
                     self._warned.add((f.key, f.check))
                     logger.warning(
                         "%s in %r (e.g. value %s): kept, since drop_on=%r; set drop_on='warning' "
