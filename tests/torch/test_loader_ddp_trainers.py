@@ -1,10 +1,12 @@
 """GuardedLoader under DDP whoever runs the loop: plain torch, accelerate, Lightning, the Hugging
 Face Trainer (GuardedTrainer), on 2 gloo ranks.
 
-Each run trains 2 epochs on 48 samples (batches of 4, ``shuffle=True``), three of them bad: a
-NaN, one whose loading raises, a 1e30 (``fits="fp16"``). Every clean sample must be trained on
-exactly once per epoch across the ranks, in a new order each epoch, and every bad one dropped
-on whichever rank drew it and quarantined there.
+Each run trains 2 epochs on 48 ``.npy`` files (batches of 4, ``shuffle=True``), three of them
+bad: a NaN, one cut short (loading raises), a 1e30 (``fits="fp16"``). Every clean sample must be
+trained on exactly once per epoch across the ranks, in a new order each epoch, and every bad one
+dropped from the batch it was drawn in (its batch-mates train) on whichever rank drew it, and
+quarantined there under its index and file. The next run (a new loader, a new fit) lists the
+files in another order with 8 new ones: every clean sample once across the ranks, no bad one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from datacheck.torch import read_quarantine
-from tests.torch._ddp_train import BAD, BATCH, BROKEN, HUGE, NAN, N
+from tests.torch._ddp_train import BAD, BATCH, BROKEN, GROWN, HUGE, NAN, N, write_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +33,7 @@ def _free_port() -> int:
 
 
 def _launch(kind: str, out: Path) -> list[dict]:
+    write_files(out / "data")
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -75,6 +78,11 @@ def _check_shares(ranks: list[dict], out: Path) -> None:
         BROKEN: "load_error",
         HUGE: "fp16_safe",
     }
+    assert sorted(q["source"]) == sorted(str(out / "data" / f"{i:03d}.npy") for i in BAD)
+    grown = [r["grown"] for r in ranks]  # the next run: files reordered, 8 new ones
+    clean_grown = set(range(N + GROWN)) - BAD
+    assert set(grown[0]) | set(grown[1]) == clean_grown
+    assert len(grown[0]) + len(grown[1]) == len(clean_grown)
     assert set(q["epoch"]) == {0}  # found in epoch 0, never loaded again
     drew = {i: r for r, share in enumerate(ranks) for i in share["epochs"][0]}
     assert len(set(q["rank"])) >= 1 and all(i not in drew for i in BAD)
