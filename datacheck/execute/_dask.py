@@ -104,13 +104,32 @@ def _connect(
     if client is not None:
         yield client
         return
-    cluster = None if scheduler else _local_cluster(workers, allowed_failures)
-    try:
-        with _client(scheduler or cluster) as own:
+    if scheduler:
+        with _client(scheduler) as own:
             yield own
-    finally:
-        if cluster is not None:
+        return
+    with _environment_kept():
+        cluster = _local_cluster(workers, allowed_failures)
+        try:
+            with _client(cluster) as own:
+                yield own
+        finally:
             cluster.close()
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """Put this process's environment back as it was: dask's nannies write the variables they
+    give their workers (``OMP_NUM_THREADS=1``, ``MALLOC_TRIM_THRESHOLD_``, ``PYTHONHASHSEED``)
+    into the environment of the process that starts them, at every worker (re)start, where a
+    training script's later DataLoader workers and subprocesses would inherit them."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if os.environ != saved:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 def _client(target: str | LocalCluster) -> Client:

@@ -3,6 +3,7 @@ a poison file, the ``--scheduler`` / ``--workers`` CLI paths and Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -340,3 +341,31 @@ def test_workers_that_cannot_see_out_send_big_findings_a_piece_at_a_time(tmp_pat
     assert remote.summary["sites"]["nan"]["error"] > 2 * SPILL_ROWS // 3
     assert comparable(out) == comparable(local)
     assert manifest(out) == manifest(local)
+
+
+def test_a_local_cluster_leaves_the_callers_environment_as_it_was(tmp_path: Path) -> None:
+    """dask's nannies write OMP_NUM_THREADS=1 (and more) into the starting process's
+    environment: a training script's later DataLoader workers would inherit it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.table({"x": [1.0, np.nan]}), data / "a.parquet")
+    code = (
+        "import json, os, sys\n"
+        "import datacheck\n"
+        "before = dict(os.environ)\n"
+        "r = datacheck.scan(sys.argv[1], out=sys.argv[2], executor='distributed', workers=2)\n"
+        "print(json.dumps([r.data['files'][0]['counts'],\n"
+        "    sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYTHONHASHSEED")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(data), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts, changed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts == {"nan": 1}
+    assert changed == []
