@@ -18,7 +18,7 @@ The check is two steps so that the host waits at most once per clean batch:
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +73,26 @@ def _join(prefix: str, name: Any) -> str:
     return f"{prefix}.{name}" if prefix else str(name)
 
 
-def map_leaves(batch: Any, fn: Callable[[str, Any], Any], prefix: str = "") -> Any:
-    """Rebuild ``batch`` with ``fn(key, leaf)`` applied to every leaf (containers kept)."""
+def position_name(i: int, names: Sequence[str] = ()) -> str:
+    """The name of position ``i`` of a batch that is a tuple or list: the pipeline's own name
+    for it (WebDataset's ``to_tuple("jpg", "cls")``), else ``item i``."""
+    return names[i] if i < len(names) else f"item {i}"
+
+
+def map_leaves(
+    batch: Any, fn: Callable[[str, Any], Any], prefix: str = "", names: Sequence[str] = ()
+) -> Any:
+    """Rebuild ``batch`` with ``fn(key, leaf)`` applied to every leaf (containers kept).
+
+    Keys are dotted paths (``inputs.1.0``, ``meta.w``); the positions of a batch that is itself
+    a tuple or list are named by :func:`position_name` (``names``: the pipeline's names).
+    """
     if isinstance(batch, Mapping):
         items = {k: map_leaves(v, fn, _join(prefix, k)) for k, v in batch.items()}
         return items if type(batch) is dict else _rebuild(batch, items)
     if isinstance(batch, _SEQUENCES) and _is_container(batch):
-        seq = [map_leaves(v, fn, _join(prefix, i)) for i, v in enumerate(batch)]
+        at = [_join(prefix, i) if prefix else position_name(i, names) for i in range(len(batch))]
+        seq = [map_leaves(v, fn, at[i]) for i, v in enumerate(batch)]
         if isinstance(batch, list):
             return seq
         return type(batch)(*seq) if hasattr(batch, "_fields") else type(batch)(seq)
@@ -94,10 +107,11 @@ def _rebuild(mapping: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
         return items
 
 
-def leaves(batch: Any) -> list[tuple[str, Any]]:
-    """All leaves of ``batch`` with their keys, in a stable order."""
+def leaves(batch: Any, names: Sequence[str] = ()) -> list[tuple[str, Any]]:
+    """All leaves of ``batch`` with their keys, in a stable order (``names``: see
+    :func:`map_leaves`)."""
     out: list[tuple[str, Any]] = []
-    map_leaves(batch, lambda k, v: out.append((k, v)))
+    map_leaves(batch, lambda k, v: out.append((k, v)), names=names)
     return out
 
 
@@ -181,6 +195,24 @@ def _match(key: str, table: Mapping[str, Any]) -> tuple[bool, Any]:
 
 
 MaxAbs = float | None | Mapping[str, float | None]
+
+
+def unmatched_keys(batch: Any, names: Sequence[str], tables: Mapping[str, Any]) -> str | None:
+    """A one-line refusal when a key (or pattern) of an option's table (``ranges=``, a
+    ``max_abs=`` mapping) names no leaf of ``batch``: that check would never run; else None."""
+    keys = [k for k, _ in leaves(batch, names)]
+    for option, table in tables.items():
+        if not isinstance(table, Mapping):
+            continue
+        for pattern in table:
+            if not any(k == pattern or fnmatch.fnmatchcase(k, pattern) for k in keys):
+                return (
+                    f"GuardedLoader: {option} key {pattern!r} names no leaf of the batch, so its "
+                    f"check would never run; the leaves are {', '.join(map(repr, keys))} (a "
+                    "tuple batch's positions are 'item 0', 'item 1', ..., or the fields of "
+                    "WebDataset's to_tuple)"
+                )
+    return None
 
 
 def leaf_rules(
@@ -296,10 +328,13 @@ class PendingCheck:
         return out
 
 
-def flag_leaves(batch: Any, n: int, rules_for: RulesFor) -> tuple[list[_Leaf], list[torch.Tensor]]:
+def flag_leaves(
+    batch: Any, n: int, rules_for: RulesFor, names: Sequence[str] = ()
+) -> tuple[list[_Leaf], list[torch.Tensor]]:
+    """The leaves to check and their per-sample flags (``names``: see :func:`map_leaves`)."""
     checked: list[_Leaf] = []
     flags: list[torch.Tensor] = []
-    for key, leaf in leaves(batch):
+    for key, leaf in leaves(batch, names):
         check_rows(key, leaf, n)
         if not isinstance(leaf, torch.Tensor) or leaf.ndim == 0 or leaf.numel() == 0:
             continue
@@ -314,9 +349,11 @@ def flag_leaves(batch: Any, n: int, rules_for: RulesFor) -> tuple[list[_Leaf], l
     return checked, flags
 
 
-def launch_check(batch: Any, n: int, rules_for: RulesFor) -> PendingCheck:
+def launch_check(
+    batch: Any, n: int, rules_for: RulesFor, names: Sequence[str] = ()
+) -> PendingCheck:
     """Enqueue the per-sample checks of every leaf of ``batch`` (``n`` samples)."""
-    checked, flags = flag_leaves(batch, n, rules_for)
+    checked, flags = flag_leaves(batch, n, rules_for, names)
     if not flags:
         return PendingCheck(n, checked, None)
     stacked = torch.stack(flags)
@@ -330,12 +367,17 @@ def launch_check(batch: Any, n: int, rules_for: RulesFor) -> PendingCheck:
 
 
 def worker_check(
-    batch: Any, n: int, flags: torch.Tensor | None, keys: list[str], rules_for: RulesFor
+    batch: Any,
+    n: int,
+    flags: torch.Tensor | None,
+    keys: list[str],
+    rules_for: RulesFor,
+    names: Sequence[str] = (),
 ) -> PendingCheck:
     """The :class:`PendingCheck` of a batch the worker already flagged (``GuardedCollate``)."""
     if flags is None:
         return PendingCheck(n, [], None)
-    by_key = dict(leaves(batch))
+    by_key = dict(leaves(batch, names))
     checked = []
     for k in keys:
         rules = rules_for(k, by_key[k].dtype)

@@ -5,8 +5,9 @@ How a batch's dataset indices are known without touching the Dataset: see
 while loading becomes a ``load_error`` instead of the end of the run: see :mod:`._fetch`. How a
 stream (no indices) is wired and its samples named: :mod:`datacheck.torch.stream`. What names a
 map-style sample across runs: :mod:`._map_identity`. The pass over the batches (check, judge,
-quarantine, drop; the ranks' agreement): :mod:`._loader_run`. This module is the face: the
-wiring, the exclusions, the records and the logs.
+quarantine, drop; the ranks' agreement): :mod:`._loader_run`. What a bad batch's records and
+log lines hold: :mod:`._loader_records`. This module is the face: the wiring, the exclusions,
+and writing the records.
 """
 
 from __future__ import annotations
@@ -19,19 +20,14 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from datacheck.checks._registry import LOAD_ERROR
 from datacheck.errors import UsageError
 from datacheck.torch import _loader_batches as _b
+from datacheck.torch import _loader_records as _r
 from datacheck.torch import _loader_shard as _s
-from datacheck.torch._checks import (
-    LeafRules,
-    SampleFinding,
-    row_of,
-)
+from datacheck.torch._checks import LeafRules, SampleFinding
 from datacheck.torch._fetch import Fetched, GuardedCollate, LoadFailure, SafeDataset
-from datacheck.torch._identity import record_fields
 from datacheck.torch._loader_config import LoaderConfig, LoaderStats, as_index_set
-from datacheck.torch._loader_run import EpochRun, Job, named_as, show
+from datacheck.torch._loader_run import EpochRun, Job
 from datacheck.torch._map_identity import MapIdentity, Match, Skips, plan_skips
 from datacheck.torch._quarantine import QuarantineWriter, quarantined_ids, read_quarantine
 from datacheck.torch._sample_paths import SamplePaths, resolve_exclude
@@ -83,6 +79,10 @@ class GuardedLoader:
         self.rules_for = LeafRules(cfg.max_abs, cfg.ranges, cfg.fits)  # type: ignore[arg-type]
         """The rules run on a batch leaf: ``rules_for(key, dtype)`` (None: not checked)."""
         self.in_workers = self._checks_in_workers(loader)
+        self._keys_seen = False
+        self.leaf_names: tuple[str, ...] = ()
+        """Names of the positions of a tuple batch: the pipeline's own (WebDataset's
+        ``to_tuple``), else ``item 0``, ``item 1``, ... (in messages and the quarantine)."""
         self._stream: StreamSide | None = None
         self._match: Match | None = None
         self._unshared: set[Any] = set()  # excluded here since the ranks last agreed
@@ -134,6 +134,7 @@ class GuardedLoader:
             loader, cfg.key_fn, cfg.load_errors, rules, self._exclude, self.stats
         )
         self.loader = self._stream.loader
+        self.leaf_names = self._stream.names
 
     @property
     def dataset(self) -> Any:
@@ -201,7 +202,7 @@ class GuardedLoader:
     def describe(self, names: Sequence[Any]) -> list[dict[str, Any]]:
         """The quarantine fields naming each of ``names`` (``batch_indices`` entries) so a
         record written by someone else (TrainingGuard) survives the dataset changing."""
-        return [self._names(n, None) for n in names]
+        return [_r.names(self, n, None) for n in names]
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the manifest and of the sampler (a DistributedSampler's order).
@@ -419,10 +420,10 @@ class GuardedLoader:
                 self._writer = QuarantineWriter(self.config.quarantine, rank, self.config.fsync)
             now = datetime.now(timezone.utc).isoformat()
             head = {"rank": rank, "epoch": self.epoch, "step": job.step, "time": now}
-            records = [self._finding_record(job, f, head) for f in findings]
-            records += [self._failure_record(f, head) for f in job.failures]
+            records = [_r.finding_record(self, job, f, head) for f in findings]
+            records += [_r.failure_record(self, f, head) for f in job.failures]
             self._writer.write(records)
-        self._log(job, findings, bad, rank)
+        _r.log_bad(self, job, findings, bad, rank)
         return bad
 
     def _unnamed(self) -> None:
@@ -434,75 +435,6 @@ class GuardedLoader:
                 "the next run cannot leave them out; pass key_fn= (e.g. an id field)"
             )
 
-    def _names(self, name: Any, row: Any) -> dict[str, Any]:
-        """The identity fields of a record: a stream's name; a map sample's index, its file and
-        row (or key, or content fingerprint of its ``row`` of the batch) and the dataset's
-        fingerprint."""
-        if self._stream is not None or name is None:
-            return _names(name)
-        return {"index": int(name), **self.identity.fields(int(name), row)}
-
-    def _finding_record(self, job: Job, f: SampleFinding, head: dict[str, Any]) -> dict[str, Any]:
-        row = row_of(job.batch, f.pos) if self._stream is None else None
-        return {
-            **self._names(job.indices[f.pos], row),
-            "check": f.check,
-            "severity": f.severity.value,
-            "key": f.key,
-            "value": f.value,
-            "count": f.count,
-            **head,
-        }
-
-    def _failure_record(self, f: LoadFailure, head: dict[str, Any]) -> dict[str, Any]:
-        where = f.where if self._stream is not None else self.paths(f.index)
-        return {
-            **self._names(f.index, None),
-            "check": LOAD_ERROR.name,
-            "severity": LOAD_ERROR.severity.value,
-            "key": where,
-            "value": f.error,
-            "count": 1,
-            **head,
-        }
-
-    def _log(self, job: Job, findings: list[SampleFinding], bad: list[Any], rank: int) -> None:
-        if job.failures:
-            f = job.failures[0]
-            where = self._where(f)
-            logger.warning(
-                "rank %d epoch %d step %d: %d sample(s) failed to load, %s %s (first: %s%s: %s)",
-                rank,
-                self.epoch,
-                job.step,
-                len(job.failures),
-                "samples" if self._stream is not None else "dataset indices",
-                [show(x.index) for x in job.failures][:20],
-                named_as(self, f.index),
-                f" {where!r}" if where else "",
-                f.error,
-            )
-        if findings:
-            first = findings[0]
-            logger.warning(
-                "rank %d epoch %d step %d: %d bad sample(s), %s %s (first: %s in %r, value %s)",
-                rank,
-                self.epoch,
-                job.step,
-                len({f.pos for f in findings}),
-                "samples" if self._stream is not None else "dataset indices",
-                [show(b) for b in bad[:20]],
-                first.check,
-                first.key,
-                first.value,
-            )
-
     def _where(self, f: LoadFailure) -> str | None:
         """The file (map-style) or stream position a failure names."""
         return f.where if self._stream is not None else self.paths(f.index)
-
-
-def _names(name: Any) -> dict[str, Any]:
-    if name is None:
-        return {"index": None, "sample": None, "source": None}
-    return record_fields(name)

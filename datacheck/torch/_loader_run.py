@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from datacheck.errors import BadSampleError
+from datacheck.errors import BadSampleError, UsageError
 from datacheck.torch import _loader_batches as _b
 from datacheck.torch._checks import (
     PendingCheck,
@@ -18,6 +18,7 @@ from datacheck.torch._checks import (
     launch_check,
     row_of,
     take,
+    unmatched_keys,
     worker_check,
 )
 from datacheck.torch._checks import to_device as _to_device
@@ -36,6 +37,10 @@ class Guarded(Protocol):
     in_workers: bool
     batch_indices: list[Any]
     step: int
+    leaf_names: tuple[str, ...]
+    """Names of the positions of a tuple batch (the pipeline's own; else ``item i``)."""
+    _keys_seen: bool
+    """The option tables' keys were matched against a first batch's leaves."""
     _stream: Any
     """The stream side (None: map-style)."""
     _match: Any
@@ -75,7 +80,12 @@ def show(name: Any) -> Any:
     return str(name) if isinstance(name, SampleId) else name
 
 
-def named_as(g: Guarded, name: Any) -> str:
+class Streamed(Protocol):
+    _stream: Any
+    """The stream side (None: map-style)."""
+
+
+def named_as(g: Streamed, name: Any) -> str:
     """``index 7`` (map-style) or ``sample 'key'`` (a stream)."""
     return f"sample {show(name)!r}" if g._stream is not None else f"index {name}"
 
@@ -105,14 +115,26 @@ class EpochRun:
                 job.failures = failures
                 job.indices = [i for p, i in enumerate(job.indices) if p not in failed]
             if batch is not None:
+                if not self.guard._keys_seen:
+                    self._refuse_unmatched(batch)
                 n, rules_for = len(job.indices), self.guard.rules_for
                 job.batch = _to_device(batch, self.cfg.device, self.cfg.non_blocking)  # type: ignore[arg-type]
+                names = self.guard.leaf_names
                 if self.guard.in_workers:
-                    job.check = worker_check(job.batch, n, flags, keys, rules_for)
+                    job.check = worker_check(job.batch, n, flags, keys, rules_for, names)
                 else:
-                    job.check = launch_check(job.batch, n, rules_for)
+                    job.check = launch_check(job.batch, n, rules_for, names)
         self.queue.append(job)
         self.step += 1
+
+    def _refuse_unmatched(self, batch: Any) -> None:
+        """Once per loader, on its first batch: every key ``ranges=`` and ``max_abs=`` name
+        is a leaf of the batch (a check the user wrote runs, or is refused)."""
+        tables = {"ranges": self.cfg.ranges, "max_abs": self.cfg.max_abs}
+        refusal = unmatched_keys(batch, self.guard.leaf_names, tables)
+        if refusal is not None:
+            raise UsageError(refusal)
+        self.guard._keys_seen = True
 
     def drain(self, lag: int) -> Iterator[Any]:
         """Resolve queued jobs in order, leaving at most ``lag`` batches in flight."""

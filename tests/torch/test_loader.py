@@ -466,3 +466,27 @@ def test_batches_dealt_out_in_turn_pad_a_short_share_with_its_first_batch():
     assert shares == [[[0], [2], [4]], [[1], [3], [1]]]  # rank 1 one short: padded
     assert [len(Strided(batches, r, 2)) for r in range(2)] == [3, 3]
     assert list(Strided([[0]], 1, 2)) == [[]]  # nothing at all: an empty batch, skipped
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_tuple_batch_names_its_positions_item_0_item_1(tmp_path, caplog, num_workers):
+    """A dataset of ``(x, y)`` pairs (TensorDataset): the positions are 'item 0', 'item 1' in
+    the quarantine, the messages and ``ranges=``; a key naming no leaf is refused."""
+    x = torch.arange(32, dtype=torch.float32).repeat(3, 1).T.contiguous()
+    x[6, 1] = float("nan")
+    y = torch.arange(32)
+    ds = torch.utils.data.TensorDataset(x, y)
+    dl = DataLoader(ds, batch_size=8, num_workers=num_workers)
+    loader = GuardedLoader(dl, quarantine=tmp_path / "q", ranges={"item 1": (0, 29)})
+    got = sorted(int(v) for _, ys in loader for v in ys)
+    assert got == [i for i in range(30) if i != 6]
+    q = read_quarantine(tmp_path / "q")
+    assert q[["index", "key", "check"]].values.tolist() == [
+        [6, "item 0", "nan"],
+        [30, "item 1", "out_of_range"],
+        [31, "item 1", "out_of_range"],
+    ]
+    assert "nan in 'item 0'" in caplog.text
+    wrong = GuardedLoader(DataLoader(ds, batch_size=8), ranges={"1": (0, 29)})
+    with pytest.raises(UsageError, match=r"ranges key '1' names no leaf.*'item 0', 'item 1'"):
+        next(iter(wrong))

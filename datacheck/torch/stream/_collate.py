@@ -128,6 +128,7 @@ class StreamCollate:
         exclude: identities to leave out (the quarantine and this run's finds).
         batched: the DataLoader batches (``batch_size`` set) and hands a list of samples; else
             each item is already a batch (``batch_size=None``, e.g. WebDataset's ``.batched``).
+        names: the pipeline's names of a tuple batch's positions (see ``map_leaves``).
     """
 
     def __init__(
@@ -137,9 +138,10 @@ class StreamCollate:
         rules_for: RulesFor | None,
         exclude: Excluded,
         batched: bool,
+        names: tuple[str, ...] = (),
     ) -> None:
         self.collate, self.identify, self.rules_for = collate, identify, rules_for
-        self.exclude, self.batched = exclude, batched
+        self.exclude, self.batched, self.names = exclude, batched, names
 
     def __call__(self, items: Any) -> StreamFetched:
         if not self.batched:
@@ -201,7 +203,7 @@ class StreamCollate:
     ) -> StreamFetched:
         flags, keys = None, []
         if batch is not None and self.rules_for is not None:
-            checked, found = flag_leaves(batch, len(ids), self.rules_for)
+            checked, found = flag_leaves(batch, len(ids), self.rules_for, self.names)
             flags = torch.stack(found) if found else None
             keys = [c.key for c in checked]
         return StreamFetched(ids, batch, flags, keys, tuple(failures), skipped, consumed)

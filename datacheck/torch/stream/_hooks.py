@@ -12,6 +12,7 @@ or the main process for the epoch) and is undone afterwards:
   once (``batch_decode="auto"``), so one bad item fails its whole window; the hook reads a
   failed item again on its own (per-item decoding), so its neighbours survive.
 - **Hugging Face** ``datasets.IterableDataset``: iterated in its stead (:mod:`._hf`).
+- **WebDataset** ``to_tuple``: run sample by sample, each tuple tagged with its key (:mod:`._wds`).
 
 Also here: the library loaders' own bookkeeping (MosaicML's sample count), WebDataset's
 ``WebLoader`` taken apart, and ``torchdata.nodes`` loaders recognised. No library module is
@@ -32,6 +33,7 @@ from datacheck.torch._identity import SampleId
 from datacheck.torch.stream._collate import Excluded, Identify, StreamFetched
 from datacheck.torch.stream._items import Skipped, Tagged, failure
 from datacheck.torch.stream._source import Hook, Items
+from datacheck.torch.stream._wds import TupleKeys, has_tuple_stage
 
 Namer = Callable[[Any, Any], "SampleId | None"]
 """The identity of the sample ``dataset.__getitem__(arg)`` reads, from ``(dataset, arg)``; None
@@ -135,6 +137,8 @@ def hook_for(
         return GetItemHook(_mds_name, catch, excluded)
     if _from("litdata.streaming.dataset", "StreamingDataset", dataset):
         return GetItemHook(_litdata_name, catch, excluded, _litdata_alone)
+    if has_tuple_stage(dataset):  # WebDataset's to_tuple: its samples keep their key
+        return TupleKeys()
     return None
 
 

@@ -40,6 +40,7 @@ from datacheck.torch.stream._collate import (
 from datacheck.torch.stream._items import Failed
 from datacheck.torch.stream._nodes import NodesTap
 from datacheck.torch.stream._source import Hook, StreamSource
+from datacheck.torch.stream._wds import tuple_names
 
 logger = logging.getLogger("datacheck.torch")
 
@@ -90,6 +91,8 @@ class StreamSide:
         self.stats = stats
         self.stages: list[Any] = []
         self.repetitions, self.nsamples = 1, -1
+        self.names: tuple[str, ...] = ()
+        """The pipeline's names of a tuple batch's positions (WebDataset's ``to_tuple``)."""
         self._main_hook: Hook | None = None
         self._nodes: Any = None
         if _hooks.is_nodes_loader(loader):
@@ -104,10 +107,16 @@ class StreamSide:
 
     def _wire(self, loader: DataLoader, rules_for: RulesFor | None) -> DataLoader:
         hook = _hooks.hook_for(loader.dataset, self.catch, self.excluded)
+        self.names = tuple_names(loader.dataset)
         out = copy.copy(loader)
         out._iterator = None
         out.collate_fn = StreamCollate(
-            loader.collate_fn, self.identify, rules_for, self.excluded, loader._auto_collation
+            loader.collate_fn,
+            self.identify,
+            rules_for,
+            self.excluded,
+            loader._auto_collation,
+            self.names,
         )
         if type(loader) is DataLoader:
             items = _hooks.items_for(loader.dataset, self.catch, self.excluded, self.identify)

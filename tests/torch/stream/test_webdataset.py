@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from datacheck.errors import UsageError
 from datacheck.torch import GuardedLoader, read_quarantine
 from datacheck.torch.stream import quarantined_keys, report_errors, skip_quarantined
 from tests.torch.stream._kit import (
@@ -160,3 +161,51 @@ def test_web_loader_with_epoch_repeats_and_cuts_as_webdataset_does(tmp_path):
     assert len(labels) == 9  # one pass is 5 batches: WebDataset repeats, then cuts at 9
     assert not {i for b in labels for i in b} & set(BAD)
     assert len(read_quarantine(tmp_path / "q")) == len(BAD)  # each found once
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_to_tuple_batches_are_checked_by_field_name_and_their_samples_keep_their_key(
+    tmp_path, workers, caplog
+):
+    """``.to_tuple("npy", "cls")`` drops ``__key__``: the samples are still named by key and
+    shard (through a ``map_tuple`` and a ``shuffle`` after it), and the leaves by field."""
+    urls = write_shards(tmp_path / "shards", list(range(N)))
+    q = tmp_path / "q"
+
+    def pipeline():
+        ds = dataset(urls).to_tuple("npy", "cls").map_tuple(lambda x: x * 1, lambda c: c)
+        return ds.shuffle(8, rng=__import__("random").Random(0))
+
+    loader = GuardedLoader(
+        DataLoader(pipeline(), batch_size=BATCH, num_workers=workers), quarantine=q, fits="fp16"
+    )
+    epoch = run_epoch(loader, label=1, image=0)
+    assert_clean_once(epoch)
+    rec = assert_recorded(q, names(urls))
+    assert set(rec["source"]) == {urls[i // 10] for i in BAD}
+    keys = dict(zip(rec["check"], rec["key"], strict=True))
+    assert keys["nan"] == keys["fp16_safe"] == "npy"
+    assert "nan in 'npy'" in caplog.text and "pass key_fn" not in caplog.text
+    for _, labels, ids in epoch.batches:
+        assert [i.sample for i in ids] == [f"s{i:05d}" for i in labels]
+    again = GuardedLoader(DataLoader(pipeline(), batch_size=BATCH), quarantine=q, fits="fp16")
+    assert_clean_once(run_epoch(again, label=1, image=0))
+    assert again.stats.bad == 0 and again.stats.excluded == len(BAD)
+
+
+def test_a_range_on_a_field_name_runs_and_one_on_no_leaf_is_refused(tmp_path):
+    urls = write_shards(tmp_path / "shards", list(range(N)))
+    ds = dataset(urls).to_tuple("npy", "cls")
+    loader = GuardedLoader(
+        DataLoader(ds, batch_size=BATCH),
+        quarantine=tmp_path / "q",
+        ranges={"cls": (0, 29)},
+        fits="fp16",
+    )
+    got = sorted(int(c) for batch in loader for c in batch[1])
+    assert got == [i for i in range(30) if i not in BAD]  # 30..39 out of range, and the bad
+    rec = read_quarantine(tmp_path / "q")
+    assert set(rec.loc[rec["check"] == "out_of_range", "key"]) == {"cls"}
+    wrong = GuardedLoader(DataLoader(ds, batch_size=BATCH), ranges={"1": (0, 29)})
+    with pytest.raises(UsageError, match=r"ranges key '1' names no leaf.*'npy', 'cls'"):
+        next(iter(wrong))
