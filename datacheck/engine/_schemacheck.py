@@ -247,6 +247,14 @@ class SchemaRun:
             series = series.astype("category")
         return series
 
+    def _once(self, finding: fnd.Finding) -> None:
+        """One column-level finding per column and check name; an error outranks a warning
+        (two checks of one name, one ``raise_warning``: pandera reports both)."""
+        key = (finding.column, finding.check)
+        held = self.errors.get(key)
+        if held is None or (held.severity != ERR and finding.severity == ERR):
+            self.errors[key] = finding
+
     def _outcome(
         self,
         column: str | None,
@@ -261,12 +269,10 @@ class SchemaRun:
         a check that raised is one finding; a verdict on the whole of it, one finding."""
         name, sev = report_name(check), _severity(check)
         if out.error is not None:  # once per column and check, row null
-            finding = fnd.Finding(self.path, name, sev, out.error, column)
-            self.errors.setdefault((column, name), finding)
+            self._once(fnd.Finding(self.path, name, sev, out.error, column))
             return
         if out.passed is False:
-            finding = fnd.Finding(self.path, name, sev, "failed on the whole file", column)
-            self.errors.setdefault((column, name), finding)
+            self._once(fnd.Finding(self.path, name, sev, "failed on the whole file", column))
             return
         for col, rows in (out.bad or {}).items():
             mask = np.zeros(n, dtype=bool)
@@ -284,8 +290,9 @@ class SchemaRun:
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         n = table.num_rows
         self.batches += 1
+        fills = self.schema.fills(table.schema.names)
         for name, spec in self.schema.columns.items():  # add_missing_columns
-            if spec.fill and not spec.regex and name not in table.schema.names:
+            if fills and spec.fill and not spec.regex and name not in table.schema.names:
                 self.cache.setdefault(name, spec)
                 check_column(name, missing_column(spec, n), offset)
         checked = self._checked(table)

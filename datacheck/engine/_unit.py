@@ -287,6 +287,8 @@ def _check_batch(
     integer_columns = set(meta.get(INTEGER_COLUMNS.encode(), b"").decode().split(","))
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         pieces = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        if not pieces:  # an empty file's column may come in no chunk at all: checked empty
+            pieces = [column.combine_chunks()]
         offset = row_offset
         for piece in pieces:
             arr = plain(piece)  # dictionary, run-end, list-view, map: checked element-wise

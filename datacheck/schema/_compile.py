@@ -166,7 +166,7 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
     pandas_checks: list[Any] = []
     other: list[Any] = []
     reference = normalized = None
-    coerce = bool(column.coerce or getattr(frame, "coerce", False))
+    coerce = _casts(column, frame)
     masked = coerce and _is_masked(dtype)
     for check in column.checks:
         cwhere = f"{where}, check {check.name!r}"
@@ -235,6 +235,18 @@ def compile_column(name: Any, column: Any, frame: Any = None) -> ColumnSpec:
         None if _isna(column.default) else column.default,
         column.dtype,
     )
+
+
+def _casts(column: Any, frame: Any) -> bool:
+    """pandera casts a column that coerces, or every column when the schema coerces; with a
+    schema-level ``dtype`` it casts the whole frame once any column (or the index) coerces."""
+    if column.coerce or getattr(frame, "coerce", False):
+        return True
+    if getattr(frame, "dtype", None) is None:
+        return False
+    index = getattr(frame, "index", None)
+    columns = getattr(frame, "columns", None) or {}
+    return any(c.coerce for c in columns.values()) or bool(getattr(index, "coerce", False))
 
 
 def _is_masked(dtype: Any) -> bool:
@@ -343,11 +355,12 @@ def compile_schema(schema: Any, source: str = "<schema>") -> CompiledSchema:
 
 def _undeclared(schema: Any) -> ColumnSpec | None:
     """A schema-level ``dtype``: with no columns declared, pandera makes every column a
-    ``Column(dtype)`` (not nullable); with columns and ``coerce``, it casts the others too
-    (nullable, no checks)."""
+    ``Column(dtype)`` (not nullable); with columns, when it casts the frame (``coerce``, or
+    any column's), it casts the others too (nullable, no checks)."""
     from pandera.api.pandas.components import Column
 
-    if schema.dtype is None or (schema.columns and not schema.coerce):
+    casts = _casts(Column(), schema)
+    if schema.dtype is None or (schema.columns and not casts):
         return None
-    column = Column(schema.dtype, nullable=bool(schema.columns), coerce=bool(schema.coerce))
+    column = Column(schema.dtype, nullable=bool(schema.columns), coerce=casts)
     return compile_column("*", column, schema)

@@ -36,7 +36,9 @@ DIFFERENCES: dict[str, str] = {
     "finding at its row (where pandera fails the column as a whole, at each row it would "
     "change) and null afterwards, with no `null` finding; a null stays null (pandera fails it "
     "for numpy integer and bool dtypes, and makes it True for `bool`). The checks run on the "
-    "cast values (pandera runs them on the uncast column when a value fails).",
+    "cast values (pandera runs them on the uncast column when a value fails). A schema-level "
+    "`dtype` is cast column by column (pandera casts the whole frame, or nothing when one value "
+    "fails: every column then fails its dtype and is checked uncast).",
     "check_error": "a check that raises on the data (e.g. `str_matches` on integers) is one "
     "finding for the column, row null, with the exception as the value.",
     "n_failure_cases": "`n_failure_cases` limits pandera's error message only: datacheck "

@@ -135,6 +135,16 @@ class CompiledSchema:
             return found[0] if found else None
         return merge_specs(found)
 
+    def fills(self, present: Any) -> bool:
+        """pandera's ``add_missing_columns`` adds the absent columns only when it can add
+        every one (each absent required column has a default or is nullable); else it adds
+        none and names those it cannot add."""
+        return all(
+            s.fill
+            for n, s in self.columns.items()
+            if not s.regex and s.required and n not in present
+        )
+
     @property
     def whole_file(self) -> bool:
         """Some check needs a file's rows in one work unit (uniqueness, aggregates)."""

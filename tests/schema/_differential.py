@@ -154,7 +154,7 @@ def pandera_answer(schema: Any, frame: pd.DataFrame) -> tuple[Answer, pd.DataFra
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            quiet(schema).validate(frame, lazy=True)
+            quiet(expand_patterns(schema, frame)).validate(frame, lazy=True)
         return Answer(), None
     except pa_.errors.SchemaErrors as exc:
         cases = exc.failure_cases
@@ -165,8 +165,43 @@ def pandera_answer(schema: Any, frame: pd.DataFrame) -> tuple[Answer, pd.DataFra
     positions = _positions(frame.index)
     for r in cases.itertuples():
         for site, kind, severity in _pandera_sites(schema, r, positions, frame):
-            answer.add(site, severity, kind, r.failure_case)
+            value = r.failure_case  # a frame's cast names {column: value}
+            if isinstance(value, dict) and site.column in value:
+                value = value[site.column]
+            answer.add(site, severity, kind, value)
     return answer, cases
+
+
+def expand_patterns(schema: Any, frame: pd.DataFrame) -> Any:
+    """The schema with each pattern column written as one column per file column it matches.
+
+    pandera checks each match on its own (``ColumnBackend.validate``) but a match whose
+    validation raises renames the shared column object, so every failure after it carries
+    the last such name; the expanded schema means the same and names each failure right.
+    Left as is where a file column is matched twice (two patterns, or a name and a pattern).
+    """
+    keys = list(schema.columns)
+    matches = {
+        k: [c for c in frame.columns if re.match(k, str(c))]
+        for k, col in schema.columns.items()
+        if col.regex
+    }
+    named = [c for k in keys if k not in matches for c in [k]]
+    taken = [c for m in matches.values() for c in m] + named
+    if not matches or len(taken) != len(set(taken)):
+        return schema
+    columns = {}
+    for key, col in schema.columns.items():
+        if key not in matches or not matches[key]:
+            columns[key] = col
+            continue
+        for name in matches[key]:
+            one = copy.deepcopy(col)
+            one.regex, one.name = False, name
+            columns[name] = one
+    out = copy.deepcopy(schema)
+    out.columns = columns
+    return out
 
 
 def _relabel_pattern_verdicts(schema: Any, cases: pd.DataFrame, frame: pd.DataFrame) -> Any:
@@ -497,8 +532,15 @@ def _text_dtype(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str
     if _read_differently(ex, ours, site.column):
         return True
     if site.column is None and site.check != "schema":  # a schema-level check sees them all
+        if site.row is not None and any(  # a cell not of its dtype is null afterwards
+            Site(c, "schema", site.row) in ours.sites for c in ex.frame.columns
+        ):
+            return True
         return any(_read_differently(ex, ours, c) for c in ex.frame.columns)
     if site.check != "schema":  # a cell that is not of the dtype is not checked further
+        cells = [s for s in _in_column(ours, site.column, check="schema") if s.row is not None]
+        if side == "datacheck" and site.row is None and cells:
+            return True  # a check that raised on the column read as the schema's type
         if _whole_column(ex, site.column, site.check):  # nor seen by a check of the column
             return any(s.row is not None for s in _in_column(ours, site.column, check="schema"))
         return site.row is not None and Site(site.column, "schema", site.row) in ours.sites
@@ -546,11 +588,11 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
         return any(
             _coerce(ex, theirs, ours, Site(c, site.check, site.row), side) for c in col.split(",")
         )
-    coerced = any(c.coerce for c in _columns(ex, col)) or ex.schema.coerce
     frame_cast = ex.schema.dtype is not None and (  # pandera casts the whole frame
         ex.schema.coerce or any(c.coerce for c in ex.schema.columns.values())
     )
-    if not coerced and not (col is None and (ex.schema.coerce or frame_cast)):
+    coerced = any(c.coerce for c in _columns(ex, col)) or ex.schema.coerce or frame_cast
+    if not coerced:
         return False
     if site.check == "schema":
         if side == "pandera":
@@ -560,6 +602,12 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
                 return any(s.check == "schema" for s in ours.sites)
             if theirs.kinds.get(site) == {"dtype"} and _in_column(theirs, col, {"coerce"}):
                 return True  # pandera names a cast that failed a second time, as its dtype
+            if (
+                theirs.kinds.get(site) == {"dtype"}
+                and _frame_cast_failed(ex, theirs)
+                and (any(s.check == "schema" for s in ours.sites) or _holds_null(ex))
+            ):
+                return True  # the frame left uncast (a null stays null: no finding)
             if site.row is None:  # pandera fails the column as a whole: the scan names rows
                 return bool([s for s in _in_column(ours, col, check="schema") if s.row is not None])
             return ex.value(col, site.row) is None  # a null stays null
@@ -579,9 +627,22 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
     ):
         return True  # a value pandera's cast made (from a null) duplicates this one, or the
         # column pandera checks as a whole holds it
-    if bool(_in_column(theirs, col, {"coerce"})):  # pandera checks the uncast column
-        return True
+    if bool(_in_column(theirs, col, {"coerce"})) or _frame_cast_failed(ex, theirs):
+        return True  # pandera checks the uncast column
     return site.row is not None and Site(col, "schema", site.row) in ours.sites
+
+
+def _holds_null(ex: Example) -> bool:
+    return any(c.null_count for c in ex.table.columns)
+
+
+def _frame_cast_failed(ex: Example, theirs: Answer) -> bool:
+    """A schema-level ``dtype`` cast that failed somewhere: pandera casts the frame whole or
+    not at all, so every column stays as pandas read it (and fails its dtype)."""
+    frame_cast = ex.schema.dtype is not None and (
+        ex.schema.coerce or any(c.coerce for c in ex.schema.columns.values())
+    )
+    return frame_cast and any("coerce" in k for k in theirs.kinds.values())
 
 
 def _pandera_cast_changes(ex: Example, col: str | None, row: int) -> bool:

@@ -1,0 +1,114 @@
+"""Regression tests for what the generated differential suite found, each from its own tiny
+input (pyarrow writes the data), with what pandera reports on the same file beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pandera.pandas as pa_
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import datacheck
+
+C, Chk = pa_.Column, pa_.Check
+
+
+def _run(tmp_path: Path, schema, table: pa.Table) -> tuple[set[tuple], set[tuple]]:
+    """(pandera's sites, datacheck's sites) on one Parquet file: (column, check, row)."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(table, path)
+    theirs: set[tuple] = set()
+    try:
+        schema.validate(pd.read_parquet(path), lazy=True)
+    except pa_.errors.SchemaErrors as exc:
+        for r in exc.failure_cases.itertuples():
+            row = None if r.index is None or pd.isna(r.index) else int(r.index)
+            theirs.add((r.column if isinstance(r.column, str) else None, str(r.check), row))
+    f = datacheck.scan(path, schema=schema, out=tmp_path / "o", isolate=False).findings
+    ours = {
+        (None if pd.isna(r.column) else r.column, r.check, None if pd.isna(r.row) else int(r.row))
+        for r in f.itertuples()
+        if r.check != "empty"
+    }
+    return theirs, ours
+
+
+def test_an_error_outranks_a_warning_of_the_same_name(tmp_path: Path) -> None:
+    """Two whole-column checks of one name, the first ``raise_warning``: both fail; pandera
+    raises for the second, so the column's finding is an error (was the first's warning)."""
+    schema = pa_.DataFrameSchema(
+        {
+            "a": C(
+                float,
+                [Chk.unique_values_eq([0.5], raise_warning=True), Chk.unique_values_eq([1.0])],
+            )
+        }
+    )
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"a": [2.0, 3.0]}), path)
+    with pytest.raises(pa_.errors.SchemaErrors):  # pandera: an error, not only a warning
+        schema.validate(pd.read_parquet(path), lazy=True)
+    f = datacheck.scan(path, schema=schema, out=tmp_path / "o", isolate=False).findings
+    (sev,) = f[f.check == "unique_values_eq"].severity
+    assert sev == "error"
+
+
+def test_add_missing_columns_adds_none_when_one_cannot_be_added(tmp_path: Path) -> None:
+    """pandera adds the absent columns only when every absent required one has a default or
+    is nullable; else none (``a``'s failing check never runs) and names the one it cannot."""
+    schema = pa_.DataFrameSchema(
+        {"a": C(float, Chk.gt(0), nullable=True, default=-1.0), "b": C(int), "c": C(int)},
+        add_missing_columns=True,
+    )
+    theirs, ours = _run(tmp_path, schema, pa.table({"c": [1, 2]}))
+    assert theirs == {(None, "add_missing_has_default", None)}  # pandera names b as the value
+    assert ours == {("b", "schema", None)}
+    theirs, ours = _run(tmp_path, schema, pa.table({"b": [1, 2], "c": [1, 2]}))
+    assert ("a", "greater_than(0)", 0) in theirs  # added with its default, which fails
+    assert ours == {("a", "out_of_range", 0), ("a", "out_of_range", 1)}
+
+
+def test_a_column_coerced_under_a_schema_dtype_casts_the_whole_frame(tmp_path: Path) -> None:
+    """A schema-level ``dtype`` and one column with ``coerce``: pandera casts every column,
+    undeclared ones too (text that is not a number fails)."""
+    schema = pa_.DataFrameSchema({"a": C(coerce=True), "b": C()}, dtype="float64")
+    table = pa.table({"a": [1, 2], "b": pa.array([3, 4], pa.int32()), "z": ["1.5", "x"]})
+    theirs, ours = _run(tmp_path, schema, table)
+    assert ("coerce_dtype('float64')", 1) in {(c, r) for _, c, r in theirs}  # {'z': 'x'}
+    assert ours == {("z", "schema", 1)}  # a, b and z cast; a and b pass as float64
+    # pandera casts the frame whole or not at all: a and b then fail their dtype (DIFFERENCES
+    # coerce): {("a", "dtype('float64')", None), ("b", "dtype('float64')", None)} <= theirs
+
+
+@pytest.mark.parametrize(
+    ("stored", "passes"),
+    [(pa.string(), False), (pa.int64(), False), (pa.date32(), True), (pa.binary(), True)],
+)
+def test_object_is_what_pandas_reads_as_objects(tmp_path: Path, stored, passes) -> None:
+    """pandas 3 reads text as ``str``: pandera's ``object`` fails a text column."""
+    values = {
+        pa.string(): ["a"],
+        pa.int64(): [1],
+        pa.date32(): [pd.Timestamp("2020-01-01").date()],
+        pa.binary(): [b"x"],
+    }[stored]
+    schema = pa_.DataFrameSchema({"c": C("object")})
+    theirs, ours = _run(tmp_path, schema, pa.table({"c": pa.array(values, stored)}))
+    assert (not theirs) is passes
+    assert (not ours) is passes
+
+
+def test_an_empty_file_checks_a_column_read_in_no_chunk(tmp_path: Path) -> None:
+    """An empty dictionary column comes back in no chunk; pandera still runs its checks (a
+    frame cast to float64 makes ``str_length`` raise), so the scan does too."""
+    schema = pa_.DataFrameSchema(
+        {"b": C(checks=Chk.str_length(0, 2), nullable=True), "z": C(coerce=True, nullable=True)},
+        dtype="float64",
+    )
+    table = pa.table({"b": pa.array([], pa.string()).dictionary_encode(), "z": pa.array([], "f8")})
+    theirs, ours = _run(tmp_path, schema, table)
+    assert ("b", "str_length(0, 2)", None) in theirs
+    assert ("b", "str_length", None) in ours
