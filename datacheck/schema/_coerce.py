@@ -73,7 +73,10 @@ def cast(arr: pa.Array, dtype: Any) -> Cast:
     """Cast ``arr`` to the pandera ``dtype`` as :mod:`this module <._coerce>` describes."""
     target = numeric_target(dtype)
     if target is not None and _is_number(arr.type):
-        return _cast_number(arr, target, _masked(dtype))
+        try:
+            return _cast_number(arr, target, _masked(dtype))
+        except pa.ArrowNotImplementedError:  # no Arrow kernel (bool -> float16): pandas'
+            pass
     return _cast_pandas(arr, dtype, target)
 
 

@@ -236,6 +236,13 @@ def _pandera_sites(
     row = None if r.index is None or _isna(r.index) else positions.get(r.index)
     if r.index is not None and not _isna(r.index) and row is None:
         row = positions.get(str(r.index))
+    if ctx == "MultiIndex" and _isna(col):  # a level's check failing as a whole: no name
+        owners = [
+            lv.name
+            for lv in schema.index.indexes
+            if any(str(c.error or c.name) == chk or str(c) == chk for c in lv.checks)
+        ]
+        col = owners[0] if len(owners) == 1 else col
     if ctx in ("Index", "MultiIndex"):
         col = index_label(None if _isna(col) else col)
     elif _isna(col):

@@ -186,7 +186,7 @@ def column(draw: Any, kind: str) -> Any:
     if draw(st.integers(0, 3)) == 0:
         dtype = draw(st.sampled_from(ALL_DTYPES))  # any dtype, the wrong one too
     checks = draw(st.lists(_checks_for(kind), max_size=2)) if kind != "bool" else []
-    return C(
+    out = C(
         dtype,
         checks,
         nullable=draw(st.booleans()),
@@ -195,6 +195,13 @@ def column(draw: Any, kind: str) -> Any:
         required=draw(st.integers(0, 5)) > 0,
         report_duplicates=draw(st.sampled_from(["all", "exclude_first", "exclude_last"])),
     )
+    if draw(st.integers(0, 5)) == 0:  # nulls are this value before any check
+        out.default = DEFAULTS.get(kind, 0)
+    return out
+
+
+DEFAULTS = {"str": "a", "cat": "red", "bool": False, "ts": STAMPS[1], "tstz": STAMPS[1]}
+DEFAULTS.update({"f64": 0.5, "f32": 0.5})
 
 
 @st.composite
@@ -230,7 +237,38 @@ def example(draw: Any) -> Generated:
     schema = pa_.DataFrameSchema(columns, **draw(schema_options(list(columns))))
     fmt = draw(st.sampled_from(["parquet", "parquet", "csv"]))
     yaml = draw(st.integers(0, 3)) == 0  # datacheck reads pandera's own YAML of it
-    return Generated(schema, table, fmt, draw(st.sampled_from([1, 2, 3, None])), yaml=yaml)
+    gen = Generated(schema, table, fmt, draw(st.sampled_from([1, 2, 3, None])), yaml=yaml)
+    if fmt == "parquet" and draw(st.integers(0, 4)) == 0:  # an index pandas stores
+        gen.index, schema.index = draw(index(rows))
+    if draw(st.integers(0, 4)) == 0:
+        gen.schema = as_model(schema) or schema
+    return gen
+
+
+@st.composite
+def index(draw: Any, rows: int) -> tuple[pd.Index, Any]:
+    """A stored index (one level, or two) and the schema's index for it (or for another)."""
+
+    def level(name: str | None) -> tuple[list[Any], Any]:
+        kind = draw(st.sampled_from(["i64", "str"]))
+        pool = KINDS[kind][1][:8]  # labels unique: pandera names rows by label
+        vals = draw(st.lists(st.sampled_from(pool), min_size=rows, max_size=rows, unique=True))
+        checks = draw(st.lists(_checks_for(kind), max_size=1))
+        dtype = draw(st.sampled_from([None, "int64", "str"]))
+        spec = pa_.Index(dtype, checks, nullable=draw(st.booleans()), unique=draw(st.booleans()))
+        spec.name = draw(st.sampled_from([name, name, "other", None]))
+        return vals, spec
+
+    if draw(st.booleans()):
+        name = draw(st.sampled_from(["id", None]))
+        vals, spec = level(name)
+        return pd.Index(vals, name=name, dtype=object if None in vals else None), spec
+    (v1, s1), (v2, s2) = level("k1"), level("k2")
+    specs = draw(st.permutations([s1, s2]))
+    for i, s_ in enumerate(specs):
+        s_.name = s_.name or f"k{i + 1}"
+    multi = pa_.MultiIndex(list(specs), ordered=draw(st.booleans()))
+    return pd.MultiIndex.from_arrays([v1, v2], names=["k1", "k2"]), multi
 
 
 @st.composite
@@ -250,10 +288,83 @@ def schema_options(draw: Any, names: list[str]) -> dict[str, Any]:
         out["dtype"] = draw(st.sampled_from(["float64", "int64", "str", "Float64"]))
     if draw(st.integers(0, 4)) == 0:
         out["add_missing_columns"] = True
+    if draw(st.integers(0, 6)) == 0:  # the rows pandera drops are reported
+        out["drop_invalid_rows"] = True
     if draw(st.integers(0, 5)) == 0:
         n = draw(st.sampled_from([0, 1]))
         out["checks"] = [Chk(lambda df: df.isna().sum(axis=1) <= n, name=f"row_nulls_le_{n}")]
     return out
+
+
+FIELD_CHECKS = {
+    "greater_than": ("gt", "min_value"),
+    "greater_than_or_equal_to": ("ge", "min_value"),
+    "less_than": ("lt", "max_value"),
+    "less_than_or_equal_to": ("le", "max_value"),
+    "equal_to": ("eq", "value"),
+    "not_equal_to": ("ne", "value"),
+    "isin": ("isin", "allowed_values"),
+    "notin": ("notin", "forbidden_values"),
+    "str_matches": ("str_matches", "pattern"),
+    "str_contains": ("str_contains", "pattern"),
+    "str_startswith": ("str_startswith", "string"),
+    "str_endswith": ("str_endswith", "string"),
+    "unique_values_eq": ("unique_values_eq", "values"),
+}
+
+
+def as_model(schema: Any) -> type | None:
+    """The schema as a ``DataFrameModel`` class (``Field`` options, ``Optional`` for columns
+    not required, a pattern as an alias with ``regex``, ``Config``, ``@check`` for inline
+    element-wise checks, ``@dataframe_check``), or None where a model cannot say it."""
+    from typing import Optional
+
+    from pandera.typing import Series
+
+    notes: dict[str, Any] = {}
+    ns: dict[str, Any] = {}
+    for i, (key, col) in enumerate(schema.columns.items()):
+        if col.dtype is None or col.default is not None or col.report_duplicates != "all":
+            return None
+        attr = f"col{i}"
+        kwargs: dict[str, Any] = {}
+        for chk in col.checks:
+            if chk.name in FIELD_CHECKS and not kwargs:
+                arg, stat = FIELD_CHECKS[chk.name]
+                value = chk.statistics[stat]
+                kwargs[arg] = sorted(value) if isinstance(value, frozenset) else value
+                kwargs["ignore_na"], kwargs["raise_warning"] = chk.ignore_na, chk.raise_warning
+            elif chk.name.startswith("ew_gt_") and chk.element_wise:
+                n = int(chk.name.rsplit("_", 1)[1])
+                fn = classmethod(lambda cls, x, n=n: x > n)
+                ns[f"check{i}"] = pa_.check(attr, name=chk.name, element_wise=True)(fn)
+            else:
+                return None
+        ann = Series[str(col.dtype)]  # type: ignore[misc]
+        notes[attr] = ann if col.required else Optional[ann]  # noqa: UP045
+        ns[attr] = pa_.Field(
+            nullable=col.nullable,
+            unique=col.unique,
+            coerce=col.coerce,
+            regex=col.regex,
+            alias=key,
+            **kwargs,
+        )
+    if schema.index is not None or any(c.name != "row_nulls_le_0" for c in schema.checks):
+        return None
+    if schema.checks:
+        fn = classmethod(lambda cls, df: df.isna().sum(axis=1) <= 0)
+        ns["frame"] = pa_.dataframe_check(name="row_nulls_le_0")(fn)
+    config = {
+        k: getattr(schema, k)
+        for k in ("strict", "ordered", "coerce", "unique", "add_missing_columns", "dtype")
+        if getattr(schema, k)
+    }
+    config["report_duplicates"] = schema.report_duplicates
+    config["drop_invalid_rows"] = schema.drop_invalid_rows
+    ns["__annotations__"] = notes
+    ns["Config"] = type("Config", (), config)
+    return type("Generated", (pa_.DataFrameModel,), ns)
 
 
 def describe(schema: Any) -> str:
@@ -280,7 +391,14 @@ def describe(schema: Any) -> str:
         for k in ("dtype", "coerce", "strict", "ordered", "unique", "add_missing_columns")
         if getattr(schema, k)
     }
-    return f"{cols} {opts} frame checks {checks(schema.checks)}"
+    levels = list(getattr(schema.index, "indexes", [schema.index] if schema.index else []))
+    index = [
+        f"{lv.name}: {lv.dtype} nullable={lv.nullable} unique={lv.unique} {checks(lv.checks)}"
+        for lv in levels
+    ]
+    if index and hasattr(schema.index, "indexes"):
+        index.append(f"ordered={schema.index.ordered}")
+    return f"{cols} {opts} frame checks {checks(schema.checks)} index {index}"
 
 
 # --- the long run --------------------------------------------------------------------------
@@ -324,6 +442,7 @@ def long_run(examples: int, seed: int, cli: bool = False) -> dict[str, Any]:
                     "table": str(gen.table.to_pydict())[:1000],
                     "types": str(gen.table.schema).replace("\n", "; "),
                     "fmt": gen.fmt,
+                    "index": None if gen.index is None else repr(gen.index),
                     "problems": out.problems,
                 }
             )

@@ -112,3 +112,11 @@ def test_an_empty_file_checks_a_column_read_in_no_chunk(tmp_path: Path) -> None:
     theirs, ours = _run(tmp_path, schema, table)
     assert ("b", "str_length(0, 2)", None) in theirs
     assert ("b", "str_length", None) in ours
+
+
+def test_bool_coerced_to_float16_is_cast_as_pandas_casts(tmp_path: Path) -> None:
+    """Arrow has no bool -> float16 kernel (was an exit 3): pandera's own cast then."""
+    schema = pa_.DataFrameSchema({"b": C("float16", Chk.le(0.5), coerce=True, nullable=True)})
+    theirs, ours = _run(tmp_path, schema, pa.table({"b": [True, False, None]}))
+    assert ("b", "less_than_or_equal_to(0.5)", 0) in theirs
+    assert ours == {("b", "out_of_range", 0)}
