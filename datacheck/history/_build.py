@@ -31,6 +31,7 @@ from datacheck.history._counters import (
     row_steps,
 )
 from datacheck.history._keys import Keys, Overrides, choose_keys, eval_loss_key
+from datacheck.history._rows import left_out, nonfinite, reading_index, row_signals
 from datacheck.history._series import Floats, Series
 from datacheck.history._table import MISSING, Columns, Table, is_eval_key, norm_key, role_of
 
@@ -186,8 +187,10 @@ def build(table: Table, overrides: Overrides, source: str) -> History:
     else:
         _series(hist, cols, keys, steps_all, kept)
     readings: NDArray[np.int64] | int = cols.n if rows is None else rows
+    if table.format == "text":  # lines, each printed whole: a field left out is the trainer's
+        table.events.extend(left_out(cols, keys))
     hist.events = _events(table, cols, steps_all, readings, counter)
-    hist.nonfinite = _nonfinite(cols, steps_all, readings)
+    hist.nonfinite = nonfinite(cols, steps_all, readings)
     _notes(hist, keys)
     _eval(hist, table, keys, counter)
     _check(hist, keys, table, source)
@@ -294,15 +297,6 @@ def _step_column(cols: Columns, steps: NDArray[np.float64]) -> str:
     return ""
 
 
-def _reading_index(rows: NDArray[np.int64] | int, row: int) -> int:
-    """The reading of ``row``, or the first after it (an event line before its step line);
-    the number of readings for an event after every reading.  ``rows``: the rows that are
-    readings, or their number when every row is one."""
-    if isinstance(rows, int):
-        return max(min(row, rows), 0)
-    return int(np.searchsorted(rows, row))
-
-
 def _events(
     table: Table,
     cols: Columns,
@@ -312,7 +306,7 @@ def _events(
 ) -> list[dict[str, Any]]:
     """The signals of the rows and the reader's events, each with its step and the index of
     the reading it comes at."""
-    events = _signals(cols, steps)
+    events = row_signals(cols, steps)
     epoch = counter is not None and counter.key == "epoch"
     for ev in table.events:
         if "at" in ev and (ev.get("unit") == "epoch") == epoch:
@@ -325,7 +319,7 @@ def _events(
         elif isinstance(row, int) and 0 <= row < len(steps) and steps[row] == steps[row]:
             ev["step"] = float(steps[row])
         if isinstance(row, int) and 0 <= row < len(steps):
-            ev["index"] = _reading_index(rows, row)
+            ev["index"] = reading_index(rows, row)
         if ev.get("step") is not None or ev.get("kind") not in (
             "checkpoint",
             "overflow",
@@ -334,88 +328,11 @@ def _events(
             events.append(ev)
     for ev in events:
         if "index" not in ev and isinstance(ev.get("row"), int) and ev.get("step") is not None:
-            ev["index"] = _reading_index(rows, ev["row"])
+            ev["index"] = reading_index(rows, ev["row"])
     return sorted(
         events,
         key=lambda e: (e.get("step") is None, e.get("index", math.inf), e.get("step") or 0),
     )
-
-
-def _present(
-    cols: Columns, key: str, steps: NDArray[np.float64]
-) -> tuple[NDArray[np.int64] | None, NDArray[np.float64]]:
-    """(rows, values) where ``key`` has a value and the row a step; ``rows`` is ``None`` when
-    that is every row (``values`` is then the column itself, no copy)."""
-    arr = np.frombuffer(cols.cols[key], np.float64)
-    has = (arr != MISSING) & ~np.isnan(steps)
-    if has.all():
-        return None, arr
-    rows = np.flatnonzero(has)
-    return rows, arr[rows]
-
-
-def _changes(
-    cols: Columns, key: str, steps: NDArray[np.float64], test: Any
-) -> list[tuple[int, float, float]]:
-    """(row, value, previous value) where ``test(value, previous)`` holds, in row order."""
-    rows, values = _present(cols, key, steps)
-    if len(values) < 2:
-        return []
-    hit = np.flatnonzero(test(values[1:], values[:-1])) + 1
-    return [
-        (int(i if rows is None else rows[i]), float(values[i]), float(values[i - 1])) for i in hit
-    ]
-
-
-def _signals(cols: Columns, steps: NDArray[np.float64]) -> list[dict[str, Any]]:
-    """The events the rows' counters signal: NaN iterations, skipped steps, a falling scale
-    (NumPy finds the few rows that signal; only those become events)."""
-    nans, skipped, scale = (
-        next((k for k in sorted(cols.cols) if role_of(k) == role), None)
-        for role in ("nan_count", "skipped_count", "scale")
-    )
-    events: list[dict[str, Any]] = []
-    if nans is not None:
-        arr = np.frombuffer(cols.cols[nans], np.float64)
-        for i in np.flatnonzero((arr != MISSING) & (arr != 0) & ~np.isnan(steps)):
-            events.append(
-                {"kind": "nonfinite", "step": float(steps[i]), "count": arr[i], "row": int(i)}
-            )
-    skips: dict[int, float] = {}
-    if skipped == "skipped":  # DeepSpeed's "skipped=N" counts since the start
-        skips = {i: v - b for i, v, b in _changes(cols, skipped, steps, np.not_equal)}
-    elif skipped is not None:
-        arr = np.frombuffer(cols.cols[skipped], np.float64)
-        hit = np.flatnonzero((arr != MISSING) & (arr != 0) & ~np.isnan(steps))
-        skips = {int(i): float(arr[i]) for i in hit}
-    falls = {} if scale is None else {i: v for i, v, _ in _changes(cols, scale, steps, np.less)}
-    for row in sorted(set(skips) | set(falls)):
-        ev = {"kind": "overflow", "step": float(steps[row]), "count": skips.get(row, 0.0)}
-        events.append({**ev, "row": row, "scale": falls.get(row), "fell": row in falls})
-    return events
-
-
-def _nonfinite(
-    cols: Columns, steps: NDArray[np.float64], rows: NDArray[np.int64] | int
-) -> list[dict[str, Any]]:
-    """The first NaN/Inf of each training field that could be the objective or the grad norm."""
-    out = []
-    for key in sorted(cols.cols):
-        if role_of(key) not in ("loss", "grad_norm") or is_eval_key(key):
-            continue
-        arr = np.frombuffer(cols.cols[key], np.float64)
-        bad = np.flatnonzero((arr != MISSING) & ~np.isfinite(arr) & ~np.isnan(steps))
-        if len(bad):
-            row = int(bad[0])
-            out.append(
-                {
-                    "key": key,
-                    "step": float(steps[row]),
-                    "index": _reading_index(rows, row),
-                    "value": float(arr[row]),
-                }
-            )
-    return sorted(out, key=lambda d: (d["index"], d["key"]))
 
 
 def _notes(hist: History, keys: Keys) -> None:
@@ -484,13 +401,15 @@ def _check(hist: History, keys: Keys, table: Table, source: str) -> None:
     has_loss = hist.loss.data.count(MISSING) < len(hist.loss)
     has_signal = (
         hist.grad_norm.data.count(MISSING) < len(hist.grad_norm)
-        or any(e.get("kind") == "nonfinite" for e in hist.events)
+        or any(e.get("kind") in ("nonfinite", "overflow") for e in hist.events)
         or bool(hist.nonfinite)
     )
     if has_loss:
         return
     if has_signal:
-        hist.notes.append("no training loss in this log: judged on the grad norm and NaN signals")
+        hist.notes.append(
+            "no training loss in this log: judged on the grad norm, NaN and loss-scale signals"
+        )
         return
     seen = sorted(set(table.train.cols) | set(table.eval.cols))[:20]
     raise InputError(

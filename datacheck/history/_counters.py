@@ -279,6 +279,17 @@ def _named_only(cols: Columns, data: NDArray[np.bool_]) -> Counter | None:
                 key,
                 reason=f"{key}: named a step counter (too few readings to see it rise)",
             )
+    arr = _column(cols, "column_1")  # ``print(f"{iter_num} | loss ...")``: the counter first
+    if arr is not None and (has := ~np.isnan(arr) & data).any():
+        first = arr[has]
+        if bool(np.all((first >= 0) & (np.floor(first) == first))) and has.sum() == data.sum():
+            return Counter(
+                "column_1",
+                None,
+                "column_1",
+                reason="column_1: the whole number opening every reading's line (too few "
+                "readings to see it rise)",
+            )
     return None
 
 

@@ -42,16 +42,34 @@ _TWO_WORDS = (
 )
 """Keys of two words: the LR, the grad norm, the loss scale, and a loss with its qualifier
 (a GAN's ``D loss: 0.5 G loss: 1.2``, ``total loss 2.3``, ``Train loss 2.3``)."""
+_SPAN = r"\s*+,?\s*+(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)(?![A-Za-z])"
+"""A number followed by a unit of time is a duration, never a value of its key (mmcv's ``eta:
+6 days, 15:22:46``: ``str(datetime.timedelta(...))``)."""
+_NOT_KEYS = (
+    r"(?:is|at|of|to|in|on|by|for|the|and|or|was|from|with|after|nan|inf|infinity"
+    r"|info|debug|warning|warn|error|critical|trace)"
+)
+"""Words that are never a key: the copula and prepositions of prose (DL4J's ``Score at
+iteration 5 is 2.3``), the non-finite numbers, and log levels (``[INFO] 0 step ..``)."""
 _PAIR = re.compile(
-    rf"(?:(?<![\w./-])|{_GLUED})(?!(?:nan|inf|infinity)(?![\w./-]))"
-    rf"({_QUAL}(?:{_TWO_WORDS}|[A-Za-z_][\w./-]*+))"
-    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+|tensor\()?+({NUM})(?:\s*+/\s*+(\d++))?+",
+    rf"(?:(?<![\w./-])|{_GLUED})(?<!=')(?<!=\")(?!{_NOT_KEYS}(?![\w./-]))"
+    rf"({_QUAL}(?:{_TWO_WORDS}|[^\W\d][\w./-]*+))['\"\]]?+"
+    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+|tensor\(|['\"])?+({NUM})(?!:\d|{_SPAN})"
+    rf"(?:\s*+/\s*+(\d++))?+",
     re.IGNORECASE,
 )
-"""``key value`` in every spelling; the value may open a list or a tensor's repr
-(``lr=[9.6e-06, ..]``, ``loss=tensor(2.34, device='cuda:0')``) and be followed by its total."""
-_NUM_AT = re.compile(rf"\s*+[\[(]?+\s*+({NUM})(?:\s*+/\s*+(\d++))?+", re.IGNORECASE)
-_WORDY_KEY = re.compile(r"\s*+[A-Za-z_(][\w./()-]*+(?:\s++[A-Za-z_(][\w./()-]*+)*+\s*+")
+"""``key value`` in every spelling; the key may be quoted or bracketed (PaddleDetection's
+``'loss': '1.02'``, LION's ``[Loss] 2.3``), the value quoted or opening a list or a tensor's
+repr (``lr=[9.6e-06, ..]``, ``loss=tensor(2.34, device='cuda:0')``) and followed by its total;
+a clock (``eta: 8:56:30``) is no value, and nothing inside a quoted string value is a key
+(``device='cuda:0'``)."""
+_NUM_AT = re.compile(rf"\s*+[\[(]?+['\"]?+\s*+({NUM})(?!:\d)(?:\s*+/\s*+(\d++))?+", re.IGNORECASE)
+_WORD = re.compile(r"\(?+[^\W\d][\w./()-]*+(?<!\.)")
+"""A word of a key of several words (``lm``, ``loss``, ``(ms)``, ``(curr)``; not one ending a
+sentence)."""
+_LEVELS = frozenset({"INFO", "DEBUG", "WARNING", "WARN", "ERROR", "CRITICAL", "TRACE"})
+_PROSE = frozenset({"is", "was", "at", "or", "and", "became", "if", "when", "then"})
+"""Words of a sentence, never of a key (``Loss became infinite or NaN at iteration=2137``)."""
 _QUOTED_PAIR = re.compile(rf"['\"]([A-Za-z_][^'\"]*+)['\"]\s*+:\s*+'?({NUM})", re.IGNORECASE)
 _SEGMENTS = re.compile(r"\s[|,]\s?|,\s|\t|\.\s(?=[A-Z])")
 _BARE = re.compile(r"[\[(]\s*+(\d++)(?:\s*+/\s*+(\d++))?+(?=\s*+[\])]|\s++\()")
@@ -68,22 +86,51 @@ _BAR = re.compile(r"\d++%\|[^|\n]*+\|\s*+(\d++)/(\d++)\s*+\[")
 """A tqdm bar: ``45%|####5     | 45/100 [``."""
 _LEADING = re.compile(r"\s*+(\d++)\|(\d++)\|(?=[A-Za-z])")
 """torchtune's bar description ``1|25|Loss: 2.34``: epoch and global step, bare."""
-_LEADING_ONE = re.compile(r"\s*+(\d++):\s++(?=[A-Za-z])")
-"""A bare counter opening the line: ``12: loss=..`` (``print(f"{iter}: {loss=}")``)."""
+_LEADING_ONE = re.compile(r"\s*+(\d++)\s*+[:|]\s++(?=[^\W\d])")
+"""A bare counter opening the line: ``12: loss=..`` (``print(f"{iter}: {loss=}")``), ``100 |
+loss 2.3 | lr ..`` (``print(f"{iter_num} | loss {loss:.4f} | ...")``)."""
+_AT_COUNTER = re.compile(
+    r"(?<![\w./-])([^\W\d][\w./-]*+)\s++at\s++(step|iteration|iter|epoch|batch|update)\s*+[=:]?"
+    rf"\s*+(\d++)\s*+(?:is|was|:|=)\s*+({NUM})",
+    re.IGNORECASE,
+)
+"""``KEY at COUNTER N is VALUE``: DL4J's ``ScoreIterationListener`` (``"Score at iteration {}
+is {}"``)."""
+_LONE = re.compile(
+    rf"tensor\(\s*+\[?+\s*+({NUM})[^()]*+(?:\([^()]*+\)[^()]*+)*+\)"
+    r"|\[?+\s*+([-+]?+(?:\d++\.\d*+|\.\d++)(?:[eE][-+]?+\d++)?+|[-+]?+(?:nan|inf))\s*+\]?+",
+    re.IGNORECASE,
+)
+"""A line that is one value and nothing else: a tensor's repr (``print(loss)``: ``tensor(3.2207,
+device='cuda:0')``) or a number with a decimal point (``print(loss.item())``); a whole number
+alone says too little (a counter? a count?)."""
 
 
 def _wordy(segment: str) -> tuple[str, int] | None:
-    """``lm loss: 2.3`` / ``Current learning rate is 0.04`` / OLMo-core's ``train/CE loss=2.3``:
-    a key of several words."""
+    """``lm loss: 2.3`` / ``Current learning rate is 0.04`` / OLMo-core's ``train/CE loss=2.3``
+    / litgpt's ``step 1: loss train (curr): 1.657``: a key of several words, the words just
+    before a separator that a number follows (a log level opening them is no part of it)."""
     for sep in (":", " is ", "="):
         at = segment.find(sep)
-        if at <= 0:
-            continue
-        key = segment[:at]
-        if " " in key.strip() and _WORDY_KEY.fullmatch(key):
-            num = _NUM_AT.match(segment, at + len(sep))
-            if num is not None:
-                return key.strip(), at + len(sep)
+        tries = 0
+        while at > 0 and tries < 8:
+            tries += 1
+            words: list[str] = []
+            before = segment[max(0, at - 160) : at].split()  # 6 words at most: no long scan
+            for i in range(len(before) - 1, -1, -1):
+                word = before[i]
+                if len(words) == 6 or _WORD.fullmatch(word) is None or word.lower() in _PROSE:
+                    break
+                if "_" in word or (
+                    i and word.lower() in _COUNTER_WORDS and before[i - 1].isdigit()
+                ):
+                    break  # a key of its own (``grad_norm``), a counter's word (``0 step``)
+                words.append(word)
+            while words and words[-1] in _LEVELS:
+                words.pop()
+            if len(words) > 1 and _NUM_AT.match(segment, at + len(sep)) is not None:
+                return " ".join(reversed(words)), at + len(sep)
+            at = segment.find(sep, at + len(sep))
     return None
 
 
@@ -141,8 +188,11 @@ def line_fields(line: str) -> Found:
     counter_words = any(w in low for w in _COUNTER_WORDS)
     if counter_words:  # glued to its word (``1epoch``, ``101-200batch``): before any pair
         _before(line, row, used, glued=True)
+    if " at " in line and (m := _AT_COUNTER.search(line)) is not None:
+        _put(row, norm_key(m.group(2)), float(m.group(3)), m.start(3), None, -1)
+        _put(row, norm_key(m.group(1)), float(m.group(4)), m.start(4), None, -1)
+        used.update((m.start(3), m.start(4)))
     for start, segment in _segments(line):
-        at = 0
         wordy = _wordy(segment)
         if wordy is not None:
             key, at = wordy
@@ -151,8 +201,7 @@ def line_fields(line: str) -> Found:
             if start + m.start(1) not in used:
                 _put(row, norm_key(key), float(m.group(1)), start + m.start(1), m.group(2), -1)
                 used.add(start + m.start(1))
-            at = m.end()
-        for m in _PAIR.finditer(segment, at):
+        for m in _PAIR.finditer(segment):
             value_at = start + m.start(2)
             if value_at in used:
                 continue
@@ -162,6 +211,8 @@ def line_fields(line: str) -> Found:
     if counter_words:
         _before(line, row, used, glued=False)
     _bare(line, row, used)
+    if not row and (m := _LONE.fullmatch(text)) is not None:
+        _put(row, "column_1", float(m.group(1) or m.group(2)), -1, None, -1)
     return row
 
 
@@ -244,7 +295,15 @@ def header_of(line: str) -> TableHeader | None:
     cells = [c for c in _SPLIT.split(line.strip()) if c]
     if len(cells) < 2 or len(cells) > 64 or not all(_NAME.fullmatch(c) for c in cells):
         return None
-    return TableHeader([norm_key(c) for c in cells])
+    names = [norm_key(c) for c in cells]
+    if not any("loss" in n for n in names) and "epoch" in names:
+        names = [f"{n}_loss" if n in _YOLO_PARTS else n for n in names]
+    return TableHeader(names)
+
+
+_YOLO_PARTS = frozenset({"box", "obj", "cls", "dfl", "seg", "total"})
+"""YOLOv5 (to v6.0) heads its epoch rows with its loss components' bare names (``'Epoch',
+'gpu_mem', 'box', 'obj', 'cls', 'total', 'labels', 'img_size'``): they are losses there."""
 
 
 def table_row(line: str, header: TableHeader | None) -> Found | None:

@@ -3,15 +3,17 @@
 The choice never depends on hash order or file order, and a key the user names wins (the step
 counter is found by its behaviour, in :mod:`datacheck.history._counters`):
 
-* **loss**: the per-step objective.  A key named the loss first (:data:`LOSS_ORDER`), else one
-  naming a total; else, when several component losses are printed together (YOLO
-  ``box/obj/cls``, mmdet ``loss_cls/loss_bbox``), their sum; else the loss key on the most rows;
-  else what trainers call the objective when they do not call it a loss: a cost (Marian's
-  ``Cost``), an NLL / cross-entropy / ``xent`` / objective, and last a perplexity, whose
-  natural log is the loss.  Evaluation keys (``val``, ``eval``, ``test``, ...) never are the
-  training loss, and a constant column (all readings equal) is passed over when another
+* **loss**: the per-step objective.  A running mean beside the per-step value (``average_loss``
+  beside ``step_loss``) is passed over.  A key named the loss first (:data:`LOSS_ORDER`), else
+  one naming a total (:data:`_TOTAL`), else one that is the sum of the others on every line;
+  else, when several component losses are printed together (YOLO ``box/obj/cls``, mmdet
+  ``loss_cls/loss_bbox``), their sum; else the loss key on the most rows; else what trainers
+  call the objective when they do not call it a loss: a cost (Marian's ``Cost``), an NLL /
+  cross-entropy / ``xent`` / objective, a perplexity, whose natural log is the loss, and last a
+  bare score (DL4J).  Evaluation keys (``val``, ``eval``, ``test``, ...) never are the training
+  loss, and a constant column (all readings equal) is passed over when another of its kind
   exists.  A log of bare columns (``76930 2.6496577``) has no names: the first column that is
-  not the step counter is the loss.
+  not the step counter nor rises on every line (a clock) is the loss.
 * **grad norm** / **learning rate**: the first of their preferred names, else the shortest
   matching key, ties broken by name.
 """
@@ -19,6 +21,8 @@ counter is found by its behaviour, in :mod:`datacheck.history._counters`):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from datacheck.errors import InputError
 from datacheck.history._table import (
@@ -70,6 +74,11 @@ GRAD_ORDER = (
     "gradient_norm",
 )
 LR_ORDER = ("lr", "learning_rate", "train_lr", "train_learning_rate", "lr0", "x_lr0", "l_r")
+_AVERAGE = frozenset({"avg", "average", "mean", "running", "smoothed", "smooth", "ema"})
+"""A running average of the loss (NVIDIA BERT's ``average_loss`` beside ``step_loss``): the
+per-step value beside it is preferred, and the two are never summed."""
+_TOTAL = frozenset({"total", "losses", "sum", "overall", "all"})
+"""A loss named the total of the components printed beside it (``total_loss``, ``losses``)."""
 _KINDS = ("a loss", "a cost (the objective under another name)", "an NLL / cross-entropy")
 
 
@@ -144,20 +153,32 @@ def _most(cols: Columns, keys: list[str]) -> str:
 def _loss(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
     """(keys, a perplexity?, why)."""
     keys = [k for k in cols.cols if role_of(k) == "loss" and not is_eval_key(k)]
-    varying = [k for k in keys if not _constant(cols, k)] or keys
-    for kind in range(4):
-        of_kind = [k for k in varying if objective_kind(k) == kind]
+    for kind in range(5):  # a constant loss is still a loss: constancy breaks ties in a kind
+        of_kind = [k for k in keys if objective_kind(k) == kind]
         if of_kind:
+            of_kind = [k for k in of_kind if not _constant(cols, k)] or of_kind
             break
     else:
         return _unnamed(cols, step)
+    if kind == 4:
+        key = _most(cols, of_kind)
+        return (key,), False, f"{key}: no loss is printed, only a score (DL4J's model.score())"
+    per_step = [k for k in of_kind if not _AVERAGE & set(k.split("_"))]
+    means = ""
+    if per_step and len(per_step) < len(of_kind):  # a running mean beside the per-step value
+        means = f" ({', '.join(sorted(set(of_kind) - set(per_step)))}: a running mean, passed over)"
+        of_kind = per_step
     if kind == 3:
         key = _most(cols, of_kind)
         return (key,), True, f"ln({key}): no loss is printed, only a perplexity; its log is one"
-    named = [k for k in _ordered(of_kind, LOSS_ORDER) if k in LOSS_ORDER or "total" in k.split("_")]
+    named = [
+        k for k in _ordered(of_kind, LOSS_ORDER) if k in LOSS_ORDER or _TOTAL & set(k.split("_"))
+    ]
     if named:
         why = "named the loss" if named[0] in LOSS_ORDER else "named the total loss"
-        return (named[0],), False, f"{named[0]}: {why}"
+        return (named[0],), False, f"{named[0]}: {why}{means}"
+    if kind == 0 and (total := _sum_of_others(cols, [k for k in keys if objective_kind(k) == 0])):
+        return (total,), False, f"{total}: the sum of the other losses on every line, their total"
     if kind == 0 and len(of_kind) > 1:
         # Components are printed together; keys that are not (Lightning's train_loss_step
         # beside train_loss_epoch) are variants of one loss: take the one on the most rows.
@@ -172,17 +193,37 @@ def _loss(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
     return (
         (key,),
         False,
-        f"{key}: {_KINDS[kind]}" + (", on the most lines" if len(of_kind) > 1 else ""),
+        f"{key}: {_KINDS[kind]}" + (", on the most lines" if len(of_kind) > 1 else "") + means,
     )
 
 
+def _sum_of_others(cols: Columns, keys: list[str]) -> str | None:
+    """The loss that is the sum of the others printed with it (a total by what it holds, as
+    YOLOv5's ``total`` is ``box + obj + cls``), to print precision, on the lines of all."""
+    if len(keys) < 3:
+        return None
+    arrays = {k: np.frombuffer(cols.cols[k], np.float64) for k in sorted(keys)}
+    every = np.logical_and.reduce([(a != MISSING) & np.isfinite(a) for a in arrays.values()])
+    if every.sum() < 1:
+        return None
+    rows = {k: a[every] for k, a in arrays.items()}
+    whole = np.sum(list(rows.values()), axis=0)
+    for key, own in rows.items():
+        rest = whole - own
+        if np.all(np.abs(rest - own) <= 1e-3 * np.maximum(np.abs(own), 1e-6) + 1e-4):
+            return key
+    return None
+
+
 def _unnamed(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
-    """A log of bare columns: the first one that is not the step counter is the loss."""
+    """A log of bare columns: the first one that is not the step counter, nor a column rising
+    on every line (a clock), is the loss."""
     columns = sorted(
         (k for k in cols.cols if is_positional(k) and k.startswith("column_") and k != step),
         key=lambda k: int(k.split("_")[1]),
     )
     columns = [k for k in columns if not k.endswith("_total") and not _constant(cols, k)]
+    columns = [k for k in columns if not _clock(cols, k)] or columns
     if not columns:
         return (), False, ""
     return (
@@ -191,6 +232,14 @@ def _unnamed(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, st
         f"{columns[0]}: the log names no loss; the first column that is not the step counter "
         "(name another with --loss column_N)",
     )
+
+
+def _clock(cols: Columns, key: str) -> bool:
+    """A column that rises on every line (Caffe's ``Seconds`` beside ``#Iters``): a clock or
+    a counter, never the loss."""
+    arr = np.frombuffer(cols.cols[key], np.float64)
+    arr = arr[(arr != MISSING) & np.isfinite(arr)]
+    return len(arr) >= 3 and bool(np.all(arr[1:] > arr[:-1]))
 
 
 def _first(cols: Columns, role: str, order: tuple[str, ...]) -> str | None:

@@ -173,7 +173,12 @@ def _is_loss(key: str, toks: set[str]) -> bool:
         return not {"scale", "scaler", "best", "weight", "ppl", "perplexity"} & toks
     if "cost" in toks:
         return not _COST_NOT & toks
-    return bool(_OBJECTIVE_TOKENS & toks or _PPL_TOKENS & toks)
+    return bool(_OBJECTIVE_TOKENS & toks or _PPL_TOKENS & toks) or key in _SCORES
+
+
+_SCORES = ("score", "train_score", "training_score")
+"""DL4J's ``model.score()`` (``Score at iteration N is X``) is the loss; qualified scores
+(``bleu_score``, ``f1_score``) are metrics."""
 
 
 def _lr_tokens(tokens: list[str]) -> bool:
@@ -186,7 +191,7 @@ def _lr_tokens(tokens: list[str]) -> bool:
 
 def objective_kind(key: str) -> int:
     """How surely a loss-role key is the per-step objective: 0 a loss, 1 a cost, 2 an NLL /
-    cross-entropy / objective, 3 a perplexity (``exp`` of the loss)."""
+    cross-entropy / objective, 3 a perplexity (``exp`` of the loss), 4 a bare score."""
     toks = set(key.split("_"))
     if "loss" in key:
         return 0
@@ -194,6 +199,8 @@ def objective_kind(key: str) -> int:
         return 1
     if _PPL_TOKENS & toks:
         return 3
+    if key in _SCORES:
+        return 4
     return 2
 
 

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from datacheck.history._fields import (
-    NUM,
     Found,
     TableHeader,
     header_of,
     line_fields,
     table_row,
 )
+from datacheck.history._signals import PROSE_NONFINITE, signal
 from datacheck.history._table import (
     MISSING,
     Columns,
@@ -49,37 +49,35 @@ _E = r"(?:[eE][-+]?+\d++)?+"
 _NAN = r"[nN][aA][nN]"
 _INF = r"[iI][nN][fF](?:[iI][nN][iI][tT][yY])?+"
 _EVAL_WORD = re.compile(
-    r"(?<![\w/.-])(?:valid|validation|val|eval|evaluation|evaluating|test|testing)(?![\w/.-])",
+    r"(?<![\w/.-])(?:valid|validation|val|eval|evaluate|evaluation|evaluating|test|testing)"
+    r"(?![\w/.-])|测试|验证|评估|评测",
     re.IGNORECASE,
 )
 _MMENGINE = re.compile(r"\b(Epoch|Iter)\((\w++)\)\s*+\[\s*+(\d++)\s*+\](?:\[\s*+(\d++)/(\d++)\])?")
 _KERAS_HEADER = re.compile(r"\s*+Epoch\s++(\d++)/(\d++)\s*+$")
 _KERAS_BATCH = re.compile(r"\s*+(\d++)/(\d++)\s++(?:\[|\u2501)")
 _LIGHTNING = re.compile(r"Epoch\s++(\d++):\s*+\d++%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+\[")
-_PROSE_NONFINITE = re.compile(
-    r"\bloss\W++(?:\w++\W++)?(?:nan|inf|infinity)\b"
-    r"|\b(?:nan|inf|infinity|non-finite|nonfinite|invalid)\W++(?:\w++\W++)?loss\b",
-    re.IGNORECASE,
-)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07]*+\x07|[\x08]")
 """Terminal colour and cursor codes (torchtitan, Keras 3, rich consoles) and backspaces."""
-_ATTEMPTED = re.compile(rf"attempted loss scale:?\s*+({NUM}),\s*+reducing to:?\s*+({NUM})", re.I)
-_SCALE_FROM = re.compile(rf"loss scale from\s*+({NUM})\s*+to:?\s*+({NUM})", re.IGNORECASE)
-_SCALE_TO = re.compile(
-    rf"(?:setting|reducing)(?:\s++loss)?+\s++scale\s++to:?\s*+(?:to\s++)?+({NUM})", re.I
-)
-_MIN_SCALE = re.compile(rf"minimum loss scale reached\s*+\(?\s*+({NUM})", re.IGNORECASE)
-_SAVE = re.compile(r"\bsav(?:e|ed|ing)\b", re.IGNORECASE)
-_CKPT_STEP = (
-    (re.compile(r"global_step(\d++)"), "step"),
-    (re.compile(r"checkpoint-(\d++)"), "step"),
-    (re.compile(r"at iteration\s++(\d++)", re.IGNORECASE), "step"),
-    (re.compile(r"@\s*+(\d++)\s++updates"), "step"),
-    (re.compile(r"\bat\s++(\d++)\s++iter", re.IGNORECASE), "step"),
-    (re.compile(r"global[ _]step\s*+(\d++)", re.IGNORECASE), "step"),
-    (re.compile(r"\bat\s++(\d++)\s++epoch", re.IGNORECASE), "epoch"),
-    (re.compile(r"^\s*+Epoch\s++(\d++)", re.IGNORECASE), "epoch"),
-)
+_ANSI_LEFT = re.compile(r"\[[0-9;]{0,12}m")
+"""What is left of a colour code whose escape character was lost (a log pasted from a
+terminal: ``[1mValid Summary | ...[0m``); only taken out of a line that has a reset."""
+
+_FULLWIDTH = str.maketrans(
+    {"：": ":", "，": ", ", "（": "(", "）": ")", "［": "[", "］": "]", "＝": "=", "｜": "|",
+     "；": ";", "　": " ", "！": "!", "％": "%", "／": "/"}
+)  # fmt: skip
+"""Full-width punctuation as ASCII (``训练次数：100, Loss：1.98``)."""
+_TRACEBACK = re.compile(r'\s*+File "[^"]*+", line \d')
+"""A traceback's frame line: never data (its line numbers rise like a counter)."""
+
+
+def _plain(line: str) -> str:
+    """The line without colour codes that lost their escape character, and with full-width
+    punctuation as ASCII."""
+    if "[0m" in line or "[m" in line:
+        line = _ANSI_LEFT.sub("", line)
+    return line if line.isascii() else line.translate(_FULLWIDTH)
 
 
 _UNIT = r"(?:ms|us|ns|s|min|m|h|it|x|[kKMGT]i?B|[kKMBT])(?![\w.])"
@@ -146,51 +144,19 @@ def _counters(
     return None, []
 
 
-def _checkpoint(line: str) -> dict[str, Any]:
-    event: dict[str, Any] = {"kind": "checkpoint", "text": line.strip()[:200]}
-    for pattern, unit in _CKPT_STEP:
-        if (m := pattern.search(line)) is not None:
-            event.update(at=float(m.group(1)), unit=unit)
-            break
-    return event
-
-
-def _scale_fall(line: str) -> tuple[float | None, bool]:
-    """The loss scale an overflow line names and whether it fell (DeepSpeed's first overflow
-    with hysteresis only lowers the hysteresis: no fall; ``reducing to`` the same scale
-    neither)."""
-    if (m := _ATTEMPTED.search(line)) is not None or (m := _SCALE_FROM.search(line)) is not None:
-        before, after = float(m.group(1)), float(m.group(2))
-        return (after, True) if after < before else (None, False)
-    if (m := _SCALE_TO.search(line)) is not None or (m := _MIN_SCALE.search(line)) is not None:
-        return float(m.group(1)), True
-    return None, False
-
-
-def _signal(line: str, low: str) -> dict[str, Any] | None:
-    if (
-        ("overflow" in low and ("skip" in low or "scale" in low))
-        or "minimum loss scale" in low
-        or "loss scale from" in low
-    ):
-        scale, fell = _scale_fall(line)
-        return {"kind": "overflow", "scale": scale, "fell": fell}
-    if ("checkpoint" in low or "model" in low or "ckpt" in low) and _SAVE.search(line):
-        return _checkpoint(line)
-    return None
-
-
 def _columns(line: str, ctx: _Context) -> tuple[Found, bool]:
     """A row of numbers (named by the header line just above it, if any); or the header line
-    itself.  Returns (fields, named by a header)."""
+    itself.  Returns (fields, whether the line must be parsed each time: a row named by a
+    header, or a header)."""
     header = ctx.header if ctx.header_line == ctx.line_no - 1 else None
     row = table_row(line, header)
     if row is not None:
         if header is not None:
             ctx.header_line = ctx.line_no  # the next row is under the same header
         return row, header is not None
-    if (found := header_of(line)) is not None:
+    if (found := header_of(line)) is not None:  # parsed each time: the rows under it need it
         ctx.header, ctx.header_line = found, ctx.line_no
+        return {}, True
     return {}, False
 
 
@@ -215,8 +181,13 @@ def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], 
     if (m := _KERAS_HEADER.match(line)) is not None:
         ctx.keras_epoch = int(m.group(1))
         return {}, "train", [], [None]
-    if (event := _signal(line, low)) is not None:
-        return {}, "train", [event], [None]
+    if (event := signal(line, low)) is not None:
+        # a progress bar redrawn before it (``98/24128 [00:40<..]OVERFLOW! ...``) says its step
+        found = line_fields(line) if event["kind"] == "overflow" else {}
+        counters = {k: v for k, v in found.items() if k == "bar" or role_of(k) == "step"}
+        return counters, "train", [event], [None]
+    if _TRACEBACK.match(line) is not None:
+        return {}, "train", [], []
     row = line_fields(line)
     named = False
     if all(is_positional(k) for k in row):  # nothing named: a row of a table?
@@ -229,7 +200,7 @@ def _parse(line: str, ctx: _Context) -> tuple[Found, str, list[dict[str, Any]], 
     if (
         ("invalid" in low or not any(role_of(k) == "loss" and not is_eval_key(k) for k in row))
         and ("nan" in low or "inf" in low or "finite" in low or "invalid" in low)
-        and _PROSE_NONFINITE.search(line)
+        and PROSE_NONFINITE.search(line)
     ):
         events.append({"kind": "nonfinite", "text": line.strip()[:200]})
     tag = "eval" if _is_eval(line, row, mode) else "train"
@@ -399,6 +370,7 @@ class _Reader:
         if known is not None and self._append(last[1], known.groups()):  # type: ignore[index]
             return
         if known is None:
+            line = _plain(line)  # after the match: a pattern is made from plain lines only
             parts = _TOKEN.split(line)
             plan = self.shapes.lookup(parts)
             numbers: Sequence[str] = parts[1::2]

@@ -190,12 +190,30 @@ def _nonfinite_fields(hist: History, scan: _Scan) -> None:
     when it comes first."""
     first = next(iter(hist.nonfinite), None)
     if first is None:
+        _nonfinite_eval(hist, scan)
         return
     if scan.nan is not None and scan.nan[0] <= first["index"]:
         return
     what = "NaN" if math.isnan(first["value"]) else "Inf" if first["value"] > 0 else "-Inf"
     scan.nan = (int(first["index"]), f"{first['key']} is {what}")
     scan.at_step[int(first["index"])] = float(first["step"])
+
+
+def _nonfinite_eval(hist: History, scan: _Scan) -> None:
+    """An evaluation loss that went NaN/Inf over a finite training loss (fp16 overflow in the
+    forward pass, an empty or broken eval set): never healthy either, named as evaluation."""
+    if scan.nan is not None:
+        return
+    for step, value in zip(hist.eval_steps, hist.eval_loss, strict=False):
+        if not math.isfinite(value):
+            what = "NaN" if math.isnan(value) else "Inf" if value > 0 else "-Inf"
+            index = min(hist.index_of_step(step), len(hist.steps))
+            scan.nan = (
+                index,
+                f"{hist.keys.get('eval_loss') or 'eval loss'} is {what} (evaluation)",
+            )
+            scan.at_step[index] = float(step)
+            return
 
 
 def _median_loss(hist: History) -> float | None:
@@ -297,11 +315,22 @@ def _scale_warning(hist: History) -> tuple[int, str] | None:
     ]
     width = 10 * _usual_gap(hist.steps) if overflows else 10
     window: list[tuple[float, float]] = []
+    stayed = 0
     for ev in overflows:
         step = float(ev["step"])
         scale = ev.get("scale")
         if ev.get("fell", True) and isinstance(scale, (int, float)) and scale <= 1:
             return _index(hist, ev), f"loss scale collapsed to {scale:g}"
+        stayed = stayed + 1 if ev.get("same") else 0
+        if ev.get("floor") or (
+            isinstance(scale, (int, float))
+            and ((stayed and scale <= 1) or stayed > _DELAYED_SHIFTS)
+        ):
+            shown = "" if scale is None else f" ({scale:g})"
+            return _index(hist, ev), (
+                f"loss scale at its floor{shown}: overflowing steps are skipped and it cannot "
+                "fall further"
+            )
         if step < 100:
             continue
         count = ev.get("count", 1)  # a fall of the printed scale alone is no overflow more
@@ -313,6 +342,23 @@ def _scale_warning(hist: History) -> tuple[int, str] | None:
         if ev.get("kind") == "scaler_collapse" and ev.get("step") is not None:
             return _index(hist, ev), "guard: loss scale collapsed"
     return None
+
+
+_DELAYED_SHIFTS = 4
+"""Overflows in a row at one scale that a delayed shift (DeepSpeed's hysteresis, default 2)
+explains; more, with no fall between, is the floor."""
+
+
+def _scale_step(hist: History, index: int) -> float:
+    """The step of the first overflow event at reading ``index`` (a log of overflows alone)."""
+    for ev in hist.events:
+        if (
+            ev.get("kind") == "overflow"
+            and ev.get("step") is not None
+            and _index(hist, ev) == index
+        ):
+            return float(ev["step"])
+    return math.nan
 
 
 def _index(hist: History, ev: dict[str, Any]) -> int:
@@ -353,6 +399,8 @@ def _conclude(
         found.update(grad_warning=scan.grad_warning[0], grad_warning_norm=scan.grad_warning[1])
     if (scale := _scale_warning(hist)) is not None:
         found.update(scale_warning=scale[0], scale_text=scale[1])
+        if scale[0] >= len(hist.steps):  # no reading at or after it: the event's own step
+            scan.at_step.setdefault(scale[0], _scale_step(hist, scale[0]))
     _guard(hist, found)
     steps = hist.steps.data
 
