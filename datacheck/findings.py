@@ -93,10 +93,10 @@ def _const(text: str | None, n: int) -> pa.Array:
 def _value_strings(hits: Hits) -> pa.Array:
     """The bad values as (dictionary-encoded) strings; NaN/Inf without formatting each one."""
     n = len(hits.rows)
+    if hits.check == "nan":  # a NaN is "nan" (its value need not be carried)
+        return _const("nan", n)
     if hits.values is None:
         return _const(None, n)
-    if hits.check == "nan":
-        return _const("nan", n)
     if hits.check == "inf":
         indices = _numeric((hits.values < 0).astype(np.int32))
         return pa.DictionaryArray.from_arrays(indices, _strings(["inf", "-inf"]))

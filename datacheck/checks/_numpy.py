@@ -143,27 +143,43 @@ class _Sites:
 def _magnitude_hits(
     values: np.ndarray, valid: np.ndarray | None, rules: ColumnRules, is_float: bool, sites: _Sites
 ) -> None:
-    """``inf`` and the magnitude bounds from one pass: |x| > the smallest bound (Inf included,
-    NaN never) picks the candidates, which are few; each check then looks at those only."""
+    """``nan``, ``inf`` and the magnitude bounds from one pass: what is not within the smallest
+    bound (NaN and Inf included) picks the candidates, which are few; each check then looks
+    at those only."""
+    want_nan = is_float and rules.nan is not None
     want_inf = is_float and rules.inf is not None
     if not rules.bounds and not want_inf:
+        if want_nan and rules.nan is not None:
+            sites.add("nan", rules.nan, _valid_only(np.flatnonzero(np.isnan(values)), valid))
         return
     if rules.bounds:
         lim = _below(values.dtype, min(b.max_abs for b in rules.bounds))
-        cand = np.flatnonzero((values > lim) | (values < -lim))  # no |x| temporary: ~2x faster
+        inside = values <= lim  # NaN compares False: a candidate (no |x| temporary: ~2x faster)
+        inside &= values >= -lim
+        cand = np.flatnonzero(np.logical_not(inside, out=inside))
     else:
-        cand = np.flatnonzero(np.isinf(values))
-    if valid is not None:
-        cand = cand[valid[cand]]
+        cand = np.flatnonzero(~np.isfinite(values))
+    cand = _valid_only(cand, valid)
     if cand.size == 0:
         return
     picked = values[cand]
+    if is_float:
+        nan = np.isnan(picked)
+        if want_nan and rules.nan is not None:
+            sites.add("nan", rules.nan, cand[nan])
+        if nan.any():
+            keep = ~nan
+            cand, picked = cand[keep], picked[keep]
     infinite = np.isinf(picked) if is_float else np.zeros(cand.size, dtype=bool)
     if want_inf and rules.inf is not None:
         sites.add("inf", rules.inf, cand[infinite])
     for b in rules.bounds:
         over = np.abs(picked) > _below(values.dtype, b.max_abs)
         sites.add(b.check, b.severity, cand[~infinite & over])
+
+
+def _valid_only(idx: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+    return idx if valid is None else idx[valid[idx]]
 
 
 def _below(dtype: np.dtype, bound: float) -> Any:
@@ -237,11 +253,6 @@ def check_values(
         return out
     is_float = values.dtype.kind == "f"
     sites = _Sites()
-    if is_float and rules.nan is not None:
-        nan = np.isnan(values)
-        if valid is not None:
-            nan &= valid
-        sites.add("nan", rules.nan, np.flatnonzero(nan))
     _magnitude_hits(values, valid, rules, is_float, sites)
     finite = np.isfinite(values) if is_float and value_rules else None
     for rule in value_rules:
