@@ -84,7 +84,12 @@ def v_floor(paths: list[str]) -> None:
             pf.read_row_group(i)
 
 
-def v_datacheck(paths: list[str], isolate: bool = True) -> dict[str, float]:
+def v_datacheck(paths: list[str], isolate: bool = True, baseline: bool = False) -> dict[str, float]:
+    """The default scan; ``baseline``: the code at ``DATACHECK_BENCH_BASELINE``."""
+    if baseline:
+        import sys
+
+        sys.path.insert(0, os.environ["DATACHECK_BENCH_BASELINE"])
     import datacheck
     from datacheck.execute import _workers
 
@@ -161,6 +166,13 @@ VARIANTS = {
         [str(Path(paths[0]) / "nan10" / "shard-clean.parquet")]
     ),
     "nan10-nan": lambda paths: v_datacheck([str(Path(paths[0]) / "nan10" / "shard-nan.parquet")]),
+    "datacheck-baseline": lambda paths: v_datacheck(paths, baseline=True),
+    "nan10-clean-baseline": lambda paths: v_datacheck(
+        [str(Path(paths[0]) / "nan10" / "shard-clean.parquet")], baseline=True
+    ),
+    "nan10-nan-baseline": lambda paths: v_datacheck(
+        [str(Path(paths[0]) / "nan10" / "shard-nan.parquet")], baseline=True
+    ),
     "schema": v_schema,
     "schema-baseline": lambda paths: v_schema(paths, baseline=True),
 }
@@ -174,7 +186,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=960_000, help="rows per shard")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--baseline", help="a checkout of older code: schema-baseline runs it")
+    ap.add_argument(
+        "--baseline", help="a checkout of older code: the *-baseline variants run it, interleaved"
+    )
     ap.add_argument("--only-schema", action="store_true", help="the schema variants only")
     args = ap.parse_args()
     root = Path(args.data)
@@ -190,8 +204,13 @@ def main() -> None:
     if args.only_schema:
         return schema_only(args, paths, size, load)
     main_variants = ["floor", "datacheck", "datacheck-unisolated", "pandas", "pandera", "schema"]
+    nan_variants = ["nan10-clean", "nan10-nan"]
+    if args.baseline:  # the same scans with older code, interleaved: a regression shows
+        os.environ["DATACHECK_BENCH_BASELINE"] = str(Path(args.baseline).resolve())
+        main_variants += ["datacheck-baseline", "schema-baseline"]
+        nan_variants += ["nan10-clean-baseline", "nan10-nan-baseline"]
     best = interleaved(__file__, main_variants, paths, args.repeat)
-    nan = interleaved(__file__, ["nan10-clean", "nan10-nan"], [str(root)], args.repeat)
+    nan = interleaved(__file__, nan_variants, [str(root)], args.repeat)
     floor = best["floor"]["seconds"]
     table = Table(
         ["variant", "seconds", "× floor", "peak RSS (MB)", "worker RSS (MB)"],
@@ -211,11 +230,23 @@ def main() -> None:
             nan["nan10-nan"].get("worker_rss_mb", ""),
         ]
     )
+    extra: dict[str, Any] = {}
+    if args.baseline:
+        base = nan["nan10-nan-baseline"]["seconds"] / nan["nan10-clean-baseline"]["seconds"]
+        table.rows.append(["10%-NaN × clean twin, baseline code", "", base, "", ""])
+        extra = {
+            "baseline": args.baseline,
+            "nan10_ratio_baseline": base,
+            "datacheck_x_baseline": best["datacheck"]["seconds"]
+            / best["datacheck-baseline"]["seconds"],
+            "schema_x_baseline": best["schema"]["seconds"] / best["schema-baseline"]["seconds"],
+        }
     write_results(
         "scan",
         {
             **best,
             **nan,
+            **extra,
             "nan10_ratio": ratio,
             "datacheck_x_floor": best["datacheck"]["seconds"] / floor,
         },
