@@ -156,7 +156,13 @@ def _index_findings(run: SchemaRun, types: dict[str, Any]) -> list[fnd.Finding]:
     schema, path = run.schema, run.path
     out: list[fnd.Finding] = []
     for name, spec in run.index_specs.items():
-        out += _dtype_finding(path, name, types.get(name), spec)
+        t = types.get(name)
+        if t is not None and pa.types.is_null(t) and spec.dtype == "str" and not spec.coerce:
+            # pandera: an index level of objects (all null) is not text; a column of them is
+            msg = f"dtype {t}, schema says {spec.dtype}"
+            out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+            continue
+        out += _dtype_finding(path, name, t, spec)
     if schema.index and not run.stored_index:
         spec = schema.index[0]
         out += _dtype_finding(path, spec.name, pa.int64(), spec)

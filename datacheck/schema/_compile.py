@@ -288,7 +288,7 @@ def _index_specs(schema: Any) -> tuple[ColumnSpec, ...]:
     frame = _DtypeOnly(schema.dtype)  # a schema-level dtype is the index's too (pandera)
     for i, level in enumerate(levels):
         spec = compile_column(level.name or f"__index_level_{i}__", level, frame)
-        out.append(replace(spec, coerce=bool(level.coerce)))
+        out.append(replace(spec, coerce=bool(level.coerce or schema.coerce)))  # pandera
     return tuple(out)
 
 
@@ -360,7 +360,7 @@ def _undeclared(schema: Any) -> ColumnSpec | None:
     from pandera.api.pandas.components import Column
 
     casts = _casts(Column(), schema)
-    if schema.dtype is None or (schema.columns and not casts):
-        return None
+    if schema.dtype is None or (schema.columns and not casts) or schema.strict == "filter":
+        return None  # strict: filter drops the others before pandera casts
     column = Column(schema.dtype, nullable=bool(schema.columns), coerce=casts)
     return compile_column("*", column, schema)

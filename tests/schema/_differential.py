@@ -126,6 +126,7 @@ _PRESENCE = {
     "column_ordered",
     "dataframe_column_labels_unique",
     "add_missing_has_default",
+    "column_in_index",
 }
 
 
@@ -242,6 +243,8 @@ def _pandera_sites(
             for lv in schema.index.indexes
             if any(str(c.error or c.name) == chk or str(c) == chk for c in lv.checks)
         ]
+        if chk.startswith("dtype("):
+            owners = [lv.name for lv in schema.index.indexes if f"dtype('{lv.dtype}')" == chk]
         col = owners[0] if len(owners) == 1 else col
     if ctx in ("Index", "MultiIndex"):
         col = index_label(None if _isna(col) else col)
@@ -440,9 +443,12 @@ def _in_column(answer: Answer, col: Any, kinds: set[str] | None = None, check: s
 
 
 def _nan(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) -> bool:
-    """NaN is not null: a ``nan`` finding at a NaN; what pandera reports at it (null, a check
-    it fails) is explained where the scan reports the NaN."""
-    if not _is_nan(ex.value(site.column, site.row)):
+    """NaN is not null: a ``nan`` finding at a NaN (in a CSV, text pandas reads as NaN);
+    what pandera reports at it (null, a check it fails) is explained where the scan reports
+    the NaN."""
+    v = ex.value(site.column, site.row)
+    spelt = ex.fmt == "csv" and isinstance(v, str) and v.strip().lower() in ("nan", "-nan")
+    if not (_is_nan(v) or spelt):
         return False
     if side == "datacheck":
         return site.check == "nan"
@@ -636,6 +642,9 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
         # column pandera checks as a whole holds it
     if bool(_in_column(theirs, col, {"coerce"})) or _frame_cast_failed(ex, theirs):
         return True  # pandera checks the uncast column
+    raised = theirs.kinds.get(Site(col, site.check, None), set())
+    if side == "datacheck" and "check_error" in raised and _in_column(ours, col, check="schema"):
+        return True  # the check raised on what pandera's cast made; the scan's ran on its own
     return site.row is not None and Site(col, "schema", site.row) in ours.sites
 
 

@@ -265,8 +265,10 @@ def index(draw: Any, rows: int) -> tuple[pd.Index, Any]:
         return pd.Index(vals, name=name, dtype=object if None in vals else None), spec
     (v1, s1), (v2, s2) = level("k1"), level("k2")
     specs = draw(st.permutations([s1, s2]))
-    for i, s_ in enumerate(specs):
-        s_.name = s_.name or f"k{i + 1}"
+    if s1.name is None or s1.name == s2.name:  # the levels' names differ
+        s1.name = "k1" if s2.name != "k1" else "k2"
+    if s2.name is None:
+        s2.name = "k2" if s1.name != "k2" else "k1"
     multi = pa_.MultiIndex(list(specs), ordered=draw(st.booleans()))
     return pd.MultiIndex.from_arrays([v1, v2], names=["k1", "k2"]), multi
 

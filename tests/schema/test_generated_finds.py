@@ -120,3 +120,44 @@ def test_bool_coerced_to_float16_is_cast_as_pandas_casts(tmp_path: Path) -> None
     theirs, ours = _run(tmp_path, schema, pa.table({"b": [True, False, None]}))
     assert ("b", "less_than_or_equal_to(0.5)", 0) in theirs
     assert ours == {("b", "out_of_range", 0)}
+
+
+def _run_indexed(tmp_path: Path, schema, frame: pd.DataFrame) -> tuple[set[tuple], set[tuple]]:
+    path = tmp_path / "i.parquet"
+    frame.to_parquet(path)  # pandas stores the index
+    theirs: set[tuple] = set()
+    try:
+        schema.validate(pd.read_parquet(path), lazy=True)
+    except pa_.errors.SchemaErrors as exc:
+        theirs = {(r.schema_context, str(r.check)) for r in exc.failure_cases.itertuples()}
+    f = datacheck.scan(path, schema=schema, out=tmp_path / "o", isolate=False).findings
+    ours = {(r.column, r.check) for r in f.itertuples() if r.check != "empty"}
+    return theirs, ours
+
+
+def test_schema_coerce_casts_the_index_too(tmp_path: Path) -> None:
+    """``coerce`` on the schema casts the index (pandera): ints cast to text, so a numeric
+    bound on them raises (one finding for the level) instead of naming rows."""
+    schema = pa_.DataFrameSchema(
+        {"a": C(int)}, index=pa_.Index("str", Chk.le(-1), name="k"), coerce=True
+    )
+    frame = pd.DataFrame({"a": [1, 2]}, index=pd.Index([7, 0], name="k"))
+    theirs, ours = _run_indexed(tmp_path, schema, frame)
+    assert theirs == {("Index", "less_than_or_equal_to(-1)")}
+    f = datacheck.scan(tmp_path / "i.parquet", schema=schema, out=tmp_path / "p").findings
+    (row,) = f[f.column == "k"].row  # one finding for the level, no row
+    assert pd.isna(row)
+
+
+def test_strict_filter_drops_undeclared_columns_before_the_frame_cast(tmp_path: Path) -> None:
+    schema = pa_.DataFrameSchema({"a": C()}, dtype="float64", coerce=True, strict="filter")
+    theirs, ours = _run(tmp_path, schema, pa.table({"a": [1, 2], "z": ["x", "y"]}))
+    assert theirs == set() and ours == set()  # z is dropped, never cast
+
+
+def test_an_empty_index_level_of_objects_is_not_text(tmp_path: Path) -> None:
+    schema = pa_.DataFrameSchema({"a": C(float, nullable=True)}, index=pa_.Index("str", name="k"))
+    frame = pd.DataFrame({"a": []}, index=pd.Index([], name="k", dtype=object))
+    theirs, ours = _run_indexed(tmp_path, schema, frame)
+    assert theirs == {("Index", "dtype('string[pyarrow]')")}
+    assert ours == {("k", "schema")}
