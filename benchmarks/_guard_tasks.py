@@ -4,7 +4,10 @@
 - ``cnn``: a small CNN on the same digits, as 1x8x8 images;
 - ``lm``: a character GRU language model on this package's own source code;
 - ``reg``: an MLP regressor on a tabular task (scikit-learn's generated Friedman #1, 10
-  features, standardised target), mean squared error.
+  features, standardised target), mean squared error;
+- ``bn`` (held out: the guard was never tuned on it, ``_guard_holdout``): an MLP with
+  BatchNorm and dropout on scikit-learn's bundled breast-cancer table (569 rows, 30
+  features, 2 classes), trained with SGD + Nesterov momentum instead of AdamW.
 
 Each :class:`Task` gives its data (a train :class:`Samples` set returning ``(x, y, index)`` and
 a held-out pair), a model factory seeded by the run's seed, its per-sample loss and its
@@ -23,6 +26,7 @@ from torch.utils.data import Dataset
 
 F = torch.nn.functional
 FAMILIES = ("mlp", "cnn", "lm", "reg")
+HELD_OUT_FAMILIES = ("bn",)
 
 
 class Samples(Dataset):
@@ -66,6 +70,8 @@ class Task:
     batch: int = 32
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    sgd: bool = False
+    """SGD with Nesterov momentum 0.9 instead of AdamW."""
 
     @property
     def regression(self) -> bool:
@@ -74,6 +80,11 @@ class Task:
     def model(self) -> torch.nn.Module:
         torch.manual_seed(1 + self.seed)
         return self.build()
+
+    def optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        if self.sgd:
+            return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=0.9, nesterov=True)
+        return torch.optim.AdamW(model.parameters(), lr=self.lr)
 
     def per_sample(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         out = out.float()
@@ -190,11 +201,34 @@ def reg_task(steps: int = 600, seed: int = 0) -> Task:
     return Task("reg", train, test, 0, build, 2e-3, steps, seed=seed)
 
 
+def bn_task(steps: int = 600, seed: int = 0) -> Task:
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer()
+    x = torch.tensor(d.data, dtype=torch.float32)
+    x = (x - x.mean(0)) / x.std(0)
+    y = torch.tensor(d.target, dtype=torch.long)
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    train, test = _split(x[perm], y[perm], 150)
+
+    def build() -> torch.nn.Module:
+        return torch.nn.Sequential(
+            torch.nn.Linear(30, 64),
+            torch.nn.BatchNorm1d(64),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(0.2),
+            torch.nn.Linear(64, 2),
+        )
+
+    return Task("bn", train, test, 2, build, 0.02, steps, batch=16, seed=seed, sgd=True)
+
+
 BUILDERS: dict[str, Callable[..., Task]] = {
     "mlp": mlp_task,
     "cnn": cnn_task,
     "lm": lm_task,
     "reg": reg_task,
+    "bn": bn_task,
 }
 
 

@@ -30,19 +30,20 @@ import json
 import math
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from _guard_ddp import measure_ddp
 from _guard_faults import SCENARIOS, Scenario, base_schedule
-from _guard_tasks import FAMILIES, Task, collate, task
+from _guard_holdout import HELD_OUT
+from _guard_tasks import BUILDERS, FAMILIES, Task, collate, task
+from _guard_train import WAYS, clip_update, count_events, schedule_step
 from _harness import RESULTS, Table, write_results
 from torch.utils.data import DataLoader, Sampler
 
 from datacheck.torch import GuardedLoader, TrainingGuard, TrainingStopped, read_quarantine
 
-WAYS = ("none", "clip", "guard")
 TOLERANCE = (0.05, 0.01)
 """Worse than skip-and-clip means a held-out loss above clip x (1 + 5 %) + 0.01."""
 
@@ -75,24 +76,6 @@ class StepBatches(Sampler[list[int]]):
             yield pick.tolist()
 
 
-def _clip_update(way, model, opt, scaler, loss: torch.Tensor, micro_ok: bool) -> bool:
-    if way == "clip" and not (micro_ok and torch.isfinite(loss)):
-        opt.zero_grad(set_to_none=True)
-        return False
-    if way == "none":
-        scaler.step(opt)
-        scaler.update()
-        return bool(torch.isfinite(loss))
-    scaler.unscale_(opt)
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    if not torch.isfinite(norm):
-        scaler.update()
-        return False
-    scaler.step(opt)
-    scaler.update()
-    return True
-
-
 def _scheduler(task: Task, sc: Scenario, opt: Any) -> Any:
     if sc.schedule is not None:
         return sc.schedule(opt, task)
@@ -102,21 +85,6 @@ def _scheduler(task: Task, sc: Scenario, opt: Any) -> Any:
     )
 
 
-def _schedule_step(sched: Any) -> None:
-    """``sched.step()``; skip-and-clip may skip the very first step (a NaN batch), which
-    torch warns about: the schedule is meant to advance per batch either way."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler.step\(\)`")
-        sched.step()
-
-
-def _count(out: dict[str, Any], res: Any) -> None:
-    for key, kind in (("rollbacks", "rollback"), ("lr_cuts", "lr_reduced"), ("probes", "probe")):
-        out[key] += kind in res.events
-    out["fallback"] += "fallback" in res.events
-    out["skips"] += res.action.value == "skip"
-
-
 def run(task: Task, sc: Scenario, way: str, folder: Path) -> dict[str, Any]:
     """One training run; returns its results."""
     gen = torch.Generator().manual_seed(100 + task.seed)
@@ -124,7 +92,7 @@ def run(task: Task, sc: Scenario, way: str, folder: Path) -> dict[str, Any]:
         sc.setup(task, gen)
     planted = sc.plant(task, gen) if sc.plant else set()
     model = task.model()
-    opt = torch.optim.AdamW(model.parameters(), lr=task.lr)
+    opt = task.optimizer(model)
     sched = _scheduler(task, sc, opt)
     scaler = torch.amp.GradScaler("cpu", enabled=sc.fp16)
     sampler = StepBatches(task, sc, (sc.batch or task.batch) * sc.micro)
@@ -146,7 +114,7 @@ def run(task: Task, sc: Scenario, way: str, folder: Path) -> dict[str, Any]:
                 x, y = sc.after(task, step, x, y, after_gen)
             stepped = _train_step(task, sc, way, guard, model, opt, scaler, x, y, idx, out)
             out["lost"] += not stepped
-            _schedule_step(sched)
+            schedule_step(sched)
             opt.zero_grad(set_to_none=True)
             step += 1
     except TrainingStopped:
@@ -196,143 +164,10 @@ def _train_step(task, sc, way, guard, model, opt, scaler, x, y, idx, out) -> boo
         samples.append(per_sample)
     if guard is not None:
         res = guard.step()
-        _count(out, res)
+        count_events(out, res)
         return res.action.stepped
     total = torch.stack(losses).sum() if losses else torch.tensor(math.nan)
-    return _clip_update(way, model, opt, scaler, total, ok)
-
-
-# -- DDP with one bad rank (gloo on loopback) ------------------------------------------------
-
-
-def _plant_rank(task: Task, rank: int, world: int) -> set[int]:
-    """NaN, Inf and 1e30 features in 4 % of rank ``rank``'s shard; returns their indices."""
-    shard = list(range(rank, len(task.train), world))
-    gen = torch.Generator().manual_seed(7 + task.seed)
-    bad = [shard[p] for p in torch.randperm(len(shard), generator=gen)[: len(shard) // 25]]
-    for k, i in enumerate(bad):
-        x = task.train.x[i].clone()
-        x[k % len(x)] = (math.nan, math.inf, 1e30)[k % 3]
-        task.train.poison[i] = (x, task.train.y[i].clone())
-    return set(bad)
-
-
-class _Shard(Sampler[int]):
-    """A rank's own shard, shuffled anew each epoch: bad data in it stays on that rank."""
-
-    def __init__(self, n: int, rank: int, world: int, seed: int) -> None:
-        self.indices, self.seed, self.epoch = list(range(rank, n, world)), seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter([self.indices[i] for i in torch.randperm(len(self), generator=gen).tolist()])
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
-def _ddp_run(task: Task, way: str, rank: int, world: int, folder: Path) -> dict[str, Any]:
-    import torch.distributed as dist
-
-    planted = _plant_rank(task, 1, world)
-    model = torch.nn.parallel.DistributedDataParallel(task.model())
-    opt = torch.optim.AdamW(model.parameters(), lr=task.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: base_schedule(s, task.steps))
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    sampler = _Shard(len(task.train), rank, world, seed=3 + task.seed)
-    loader: Any = DataLoader(
-        task.train, batch_size=task.batch, sampler=sampler, drop_last=True, collate_fn=collate
-    )
-    guard = None
-    if way == "guard":
-        loader = GuardedLoader(loader, quarantine=str(folder), shard=False)
-        guard = TrainingGuard(model, opt, scheduler=sched, loader=loader, quarantine=str(folder))
-    keys = ("lost", "rollbacks", "lr_cuts", "probes", "fallback", "skips")
-    out: dict[str, Any] = dict.fromkeys(keys, 0) | {"stopped": None, "crashed": None}
-    step = epoch = 0
-    try:
-        while step < task.steps:
-            loader.set_epoch(epoch) if guard is not None else sampler.set_epoch(epoch)
-            epoch += 1
-            for x, y, idx in loader:
-                if step >= task.steps:
-                    break
-                per_sample = task.per_sample(model(x), y)
-                loss = per_sample.mean()
-                loss.backward()  # every rank backpropagates: one that skips alone hangs the rest
-                if guard is not None:
-                    res = guard.step(loss, indices=idx.tolist(), sample_losses=per_sample.detach())
-                    _count(out, res)
-                    stepped = res.action.stepped
-                else:
-                    stepped = _clip_update(way, model, opt, scaler, loss, micro_ok=True)
-                out["lost"] += not stepped
-                _schedule_step(sched)
-                opt.zero_grad(set_to_none=True)
-                step += 1
-    except TrainingStopped:
-        out["stopped"] = step
-    if guard is not None:
-        guard.close()
-        loader.close()
-    dist.barrier()  # every rank's quarantine rows are written
-    loss_v, acc = task.evaluate(model.module)
-    named = set(read_quarantine(folder)["index"].tolist()) if folder.exists() else set()
-    task.train.poison.clear()
-    return {
-        **out,
-        "loss": loss_v,
-        "acc": acc,
-        "quarantined": len(named),
-        "clean_quarantined": len(named - planted),
-        "seconds": 0.0,
-    }
-
-
-def _ddp_worker(rank: int, world: int, port: int, steps: int, seed: int, out: str) -> None:
-    import os
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    torch.set_num_threads(1)
-    t = task("mlp", seed)
-    t.steps = steps
-    rows = [{"way": way, **_ddp_run(t, way, rank, world, Path(out, way))} for way in WAYS]
-    if rank == 0:
-        Path(out, "rows.json").write_text(json.dumps(rows))
-    dist.destroy_process_group()
-
-
-def measure_ddp(steps: int, seed: int, world: int = 2, timeout: float = 900.0) -> list[dict]:
-    """The three ways under DDP, ``world`` gloo processes on loopback."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = mp.start_processes(
-            _ddp_worker,
-            args=(world, port, steps, seed, tmp),
-            nprocs=world,
-            join=False,
-            start_method="spawn",
-        )
-        deadline = time.monotonic() + timeout
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                for proc in ctx.processes:
-                    proc.kill()
-                raise TimeoutError(f"the {world}-rank DDP scenario ran past {timeout:.0f} s")
-        return json.loads(Path(tmp, "rows.json").read_text())
+    return clip_update(way, model, opt, scaler, total, ok)
 
 
 # -- the suite -------------------------------------------------------------------------------
@@ -343,10 +178,11 @@ def measure(
     families: tuple[str, ...] = (),
     seeds: tuple[int, ...] = (0,),
     scale: float = 1.0,
+    suite: dict[str, Scenario] = SCENARIOS,
 ) -> list[dict[str, Any]]:
-    """Rows of (scenario, family, way, seed, results) for the chosen part of the suite."""
+    """Rows of (scenario, family, way, seed, results) for the chosen part of ``suite``."""
     rows = []
-    for name, sc in SCENARIOS.items():
+    for name, sc in suite.items():
         if scenarios and name not in scenarios:
             continue
         for family in sc.families:
@@ -466,9 +302,10 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[Table, dict[str, Any]]:
     ), totals
 
 
-def _load(names: list[str]) -> list[dict[str, Any]]:
+def _load(names: list[str], held_out: bool = False) -> list[dict[str, Any]]:
     rows = []
-    for path in sorted(RESULTS.glob("guard-suite*.json")) if not names else map(Path, names):
+    pattern = "guard-held-out*.json" if held_out else "guard-suite*.json"
+    for path in sorted(RESULTS.glob(pattern)) if not names else map(Path, names):
         rows += json.loads(Path(path).read_text())["results"]["rows"]
     return rows
 
@@ -484,21 +321,25 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--name", default="", help="results file suffix (guard-suite-NAME.json)")
     ap.add_argument("--report", action="store_true", help="summarize the guard-suite*.json files")
+    ap.add_argument(
+        "--held-out", action="store_true", help="the held-out scenarios (_guard_holdout) instead"
+    )
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.report:
-        table, totals = summarize(_load([]))
+        table, totals = summarize(_load([], a.held_out))
         print(table.markdown())
         print(json.dumps(totals))
         return
+    suite = HELD_OUT if a.held_out else SCENARIOS
     only = tuple(x for x in a.only.split(",") if x)
     fams = tuple(x for x in a.families.split(",") if x)
-    unknown = [s for s in only if s not in SCENARIOS] + [f for f in fams if f not in FAMILIES]
+    unknown = [s for s in only if s not in suite] + [f for f in fams if f not in BUILDERS]
     if unknown:
         raise SystemExit(f"guard_scenarios: unknown scenario/family {unknown}")
-    rows = measure(only, fams, tuple(range(a.seeds)), a.scale)
+    rows = measure(only, fams, tuple(range(a.seeds)), a.scale, suite)
     table, totals = summarize(rows)
-    name = "guard-suite" + (f"-{a.name}" if a.name else "")
+    name = ("guard-held-out" if a.held_out else "guard-suite") + (f"-{a.name}" if a.name else "")
     write_results(name, {"rows": rows, "totals": totals}, table=table, params=vars(a))
     print(json.dumps(totals))
 

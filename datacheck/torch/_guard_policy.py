@@ -27,18 +27,17 @@ not taken inside an excursion or a stretch of repeated batches.
 
 from __future__ import annotations
 
-import enum
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from datacheck.checks._spike import SpikeDetector
+from datacheck.torch._guard_plan import AfterStep, Cause, Plan
 from datacheck.torch._guard_trend import LEARNED, Excursion, Probe, chance_streak, falling
 from datacheck.torch._guard_types import Action, GuardConfig
 
-__all__ = ["AfterStep", "Cause", "Plan", "Policy"]
+__all__ = ["AfterStep", "Cause", "Plan", "Policy"]  # the plan types re-exported
 
 _RECENT = 128
 """Judged readings over which the spike rate is counted."""
@@ -51,41 +50,6 @@ creeping up, OneCycleLR past its stable LR), followed as an excursion from the b
 RISE = 1.4
 """The rise starts where the level last stood under this many times the best level: the
 rollback target is a snapshot from before that."""
-
-
-class Cause(str, enum.Enum):
-    """What the policy blames for a bad step (written in the event as ``cause``)."""
-
-    DATA = "data"
-    DIVERGENCE = "divergence"
-
-
-@dataclass
-class Plan:
-    """The decision for one step, built from the shared rank table."""
-
-    action: Action
-    events: list[dict[str, Any]] = field(default_factory=list)
-    ranks: tuple[int, ...] = ()
-    escalate: str | None = None
-    """What the step calls for beyond skip-and-clip: ``probe`` (a persisting excursion or
-    non-finite streak), ``verdict`` (the probe's batches are in), ``weights`` (the weights are
-    no longer finite?) or ``scaler_collapse``."""
-
-    def add(self, kind: str, severity: str, **values: Any) -> None:
-        self.events.append({"kind": kind, "severity": severity, **values})
-
-
-@dataclass(frozen=True)
-class AfterStep:
-    """Bookkeeping due after a stepped step."""
-
-    commit: bool
-    """The candidate snapshot was confirmed by enough healthy steps: commit it."""
-    snapshot: bool
-    """Take a new candidate snapshot of the state now."""
-    restore: bool
-    """Restore the full learning rate now."""
 
 
 class Policy:
