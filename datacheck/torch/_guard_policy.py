@@ -34,22 +34,20 @@ from typing import Any
 
 from datacheck.checks._spike import SpikeDetector
 from datacheck.torch._guard_plan import AfterStep, Cause, Plan
-from datacheck.torch._guard_trend import LEARNED, Excursion, Probe, chance_streak, falling
+from datacheck.torch._guard_trend import (
+    LEARNED,
+    Excursion,
+    Levels,
+    Probe,
+    chance_streak,
+    falling,
+)
 from datacheck.torch._guard_types import Action, GuardConfig
 
 __all__ = ["AfterStep", "Cause", "Plan", "Policy"]  # the plan types re-exported
 
 _RECENT = 128
 """Judged readings over which the spike rate is counted."""
-_LEVEL = 32
-"""Readings whose median is the run's current level, for the drift test (enough that the
-median of a noisy series, batches of 4, does not dip far below its level by chance)."""
-DRIFT = 2.0
-"""A current level this many times the run's best level is a drift (a slow divergence: the LR
-creeping up, OneCycleLR past its stable LR), followed as an excursion from the best level."""
-RISE = 1.4
-"""The rise starts where the level last stood under this many times the best level: the
-rollback target is a snapshot from before that."""
 
 
 class Policy:
@@ -92,12 +90,8 @@ class Policy:
         self.sticky = cfg.lr_restore_after is None
         self.start: list[float] = []
         """The first healthy losses of the run (``start_level``)."""
-        self.last: deque[float] = deque(maxlen=_LEVEL)
-        """The latest stepped losses on these weights (their median: the current level)."""
-        self.best: list[float] | None = None
-        """[level, step, last step under RISE x level]: the lowest level of the run so far (the
-        detector's window median: slow and robust, not the minimum of a noisy median), and
-        where the current level last stood under ``RISE`` times it."""
+        self.levels = Levels()
+        """The current level (the latest stepped losses on these weights) and the best one."""
 
     @property
     def start_level(self) -> float | None:
@@ -203,12 +197,15 @@ class Policy:
         spike = verdict.above or (threshold is not None and loss >= threshold)
         if verdict.kind != "warmup":
             self.recent.append(spike)
-        self.last.append(loss)
-        drift = self._drift(step) if not spike and self.excursion is None else None
+        self.levels.add(loss)
+        drift = None
+        if not spike and self.excursion is None:
+            drift = self.levels.drift(self.loss.level, self.loss.readings, step)
+            drift = None if self.fallback or self.data_verdict else drift
         if drift is not None:
             threshold, spike = drift, True
         if spike or self.excursion is not None:
-            self._excursion(plan, step, loss, threshold, verdict.level)
+            self._excursion(plan, step, loss, threshold, verdict.level, drift is not None)
         else:
             self.data_verdict = False
             if self.confirming is not None and not self.grad_streak:
@@ -217,27 +214,9 @@ class Policy:
                 self.start.append(loss)
         return plan
 
-    def _drift(self, step: int) -> float | None:
-        """Track the run's best level; the threshold of a drift excursion when the current
-        level has risen ``DRIFT`` times above it (None otherwise)."""
-        base = self.loss.level
-        if len(self.last) < _LEVEL or base is None or self.loss.readings < _LEVEL:
-            return None
-        level = statistics.median(self.last)
-        if self.best is None or base < self.best[0]:  # the detector's slow, robust level
-            self.best = [base, float(step), float(step)]
-            return None
-        if level < RISE * self.best[0]:
-            self.best[2] = float(step)  # the rise, if one comes, starts after this step
-        if self.fallback or self.data_verdict or not level >= DRIFT * self.best[0] > 0:
-            return None
-        return DRIFT * self.best[0]
-
     def at_best(self) -> bool:
         """The current level is (about) the run's best: a snapshot now is worth pinning."""
-        if self.best is None or len(self.last) < _LEVEL:
-            return False
-        return statistics.median(self.last) <= 1.1 * self.best[0]
+        return self.levels.at_best()
 
     def _grad(
         self, plan: Plan, step: int, norm: float, norms: tuple[float, ...], action: Action
@@ -279,27 +258,33 @@ class Policy:
             )
 
     def _excursion(
-        self, plan: Plan, step: int, loss: float, threshold: float | None, level: float | None
+        self,
+        plan: Plan,
+        step: int,
+        loss: float,
+        threshold: float | None,
+        level: float | None,
+        drift: bool = False,
     ) -> None:
         """Follow the readings since the loss rose above its bar; probe once it persists."""
         exc = self.excursion
         if exc is None:
             assert threshold is not None
             need = chance_streak(self.recent, self.cfg.rollback_after, spike=True)
-            drifted = self.best is not None and threshold == DRIFT * self.best[0]
-            if drifted:  # back to the best level's state, judged from there
-                assert self.best is not None
-                level, need = self.best[0], self.cfg.patience
+            best = self.levels.best
+            drifted = drift and best is not None
+            if drifted and best is not None:  # back to the best level's state, judged from there
+                level, need = best[0], self.cfg.patience
                 plan.add(
                     "drift",
                     "warning",
-                    level=statistics.median(self.last),
-                    best_level=self.best[0],
-                    best_step=int(self.best[1]),
+                    level=self.levels.current,
+                    best_level=best[0],
+                    best_step=int(best[1]),
                 )
             exc = Excursion(step, threshold, level or threshold, need=need, drift=drifted)
             self.excursion = exc
-            self.incident = int(self.best[2]) + 1 if drifted and self.best else step
+            self.incident = int(best[2]) + 1 if drifted and best is not None else step
         exc.add(loss)
         if loss >= exc.threshold and not exc.drift:  # first event (a grad spike is a symptom)
             plan.add(
@@ -362,8 +347,7 @@ class Policy:
                 self.loss.update(v)
         self.gnorm = SpikeDetector(self.cfg.grad_spike)
         self.recent.clear()
-        self.last.clear()
-        self.best = None
+        self.levels.reset()
         self.excursion = None
         self.incident = None
         self.since_snapshot = max(self.since_snapshot, self.cfg.checkpoint_every)
@@ -441,7 +425,7 @@ class Policy:
         self.since_warning = 0
         self.excursion = None
         self.incident = None
-        self.last.clear()  # the restored weights' losses from here on
+        self.levels.last.clear()  # the restored weights' losses from here on
         self.discard()
 
     def fall_back(self) -> None:
@@ -515,7 +499,6 @@ class Policy:
         "restored_from",
         "sticky",
         "start",
-        "best",
     )
 
     def state(self) -> dict[str, Any]:
@@ -525,7 +508,8 @@ class Policy:
             **{name: getattr(self, name) for name in self._FIELDS},
             "confirming": self.confirming,
             "recent": list(self.recent),
-            "last": list(self.last),
+            "last": list(self.levels.last),
+            "best": self.levels.best,
             "excursion": None if exc is None else exc.state(),
             "loss": self.loss.state_dict(),
             "grad_norm": self.gnorm.state_dict(),
@@ -539,7 +523,7 @@ class Policy:
         self.confirming = state.get("confirming")
         self.discard()
         self.recent = deque((bool(v) for v in state.get("recent", ())), maxlen=_RECENT)
-        self.last = deque((float(v) for v in state.get("last", ())), maxlen=_LEVEL)
+        self.levels = Levels([float(v) for v in state.get("last", ())], state.get("best"))
         exc = state.get("excursion")
         self.excursion = None if exc is None else Excursion(**exc)
         self.probe = None

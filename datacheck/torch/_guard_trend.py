@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["END_AFTER", "Excursion", "Probe", "chance_streak", "falling"]
+__all__ = ["END_AFTER", "Excursion", "Levels", "Probe", "chance_streak", "falling"]
 
 END_AFTER = 3
 """Readings in a row back under the excursion's threshold that end it."""
@@ -43,6 +43,15 @@ LEARNED = 0.7
 """An excursion whose recent median is at most this times its early median was learned."""
 CHANCE = 5e-5
 """Largest chance per step of a streak of spikes in a series that spikes this often."""
+LEVEL = 32
+"""Readings whose median is the run's current level, for the drift test (enough that the
+median of a noisy series, batches of 4, does not dip far below its level by chance)."""
+DRIFT = 2.0
+"""A current level this many times the run's best level is a drift (a slow divergence: the LR
+creeping up, OneCycleLR past its stable LR), followed as an excursion from the best level."""
+RISE = 1.4
+"""The rise starts where the level last stood under this many times the best level: the
+rollback target is a snapshot from before that."""
 
 
 @dataclass
@@ -89,6 +98,48 @@ class Excursion:
 
     def state(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Levels:
+    """The run's current level (median of its last ``LEVEL`` stepped losses on these weights)
+    and its best level so far (the loss detector's window median: slow and robust, not the
+    minimum of a noisy median): a slow rise from the best level is a drift."""
+
+    def __init__(self, last: list[float] | None = None, best: list[float] | None = None) -> None:
+        self.last: deque[float] = deque(last or (), maxlen=LEVEL)
+        self.best = best
+        """[level, step, last step under ``RISE`` x level] (None: not known yet)."""
+
+    def add(self, loss: float) -> None:
+        self.last.append(loss)
+
+    @property
+    def current(self) -> float | None:
+        return statistics.median(self.last) if len(self.last) >= LEVEL else None
+
+    def drift(self, base: float | None, readings: int, step: int) -> float | None:
+        """Track the best level (``base``: the detector's level after ``readings``); the
+        threshold of a drift excursion when the current level has risen ``DRIFT`` times above
+        it (None otherwise)."""
+        level = self.current
+        if level is None or base is None or readings < LEVEL:
+            return None
+        if self.best is None or base < self.best[0]:
+            self.best = [base, float(step), float(step)]
+            return None
+        if level < RISE * self.best[0]:
+            self.best[2] = float(step)  # the rise, if one comes, starts after this step
+        return DRIFT * self.best[0] if level >= DRIFT * self.best[0] > 0 else None
+
+    def at_best(self) -> bool:
+        """The current level is (about) the run's best: a snapshot now is worth pinning."""
+        level = self.current
+        return self.best is not None and level is not None and level <= 1.1 * self.best[0]
+
+    def reset(self) -> None:
+        """A new level was learned: the best level is found again."""
+        self.last.clear()
+        self.best = None
 
 
 def falling(values: list[float]) -> bool:
