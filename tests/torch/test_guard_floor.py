@@ -194,3 +194,52 @@ def test_a_nan_stretch_is_skipped_as_skip_and_clip_would_and_the_log_says_why(tm
     assert "rollback" not in kinds and "lr_reduced" not in kinds
     assert "probe_undone" in kinds and "skip_stretch" in kinds
     assert torch.isfinite(torch.cat([p.reshape(-1) for p in model.parameters()])).all()
+
+
+RATE, STEPS = 1.01, 700
+
+
+def _creep(guarded: bool, log=None) -> float:
+    """A regression whose LR creeps up x1.01 a step from step 200 (an LR schedule bug): the
+    loss rises slowly, with no single spike to call; held-out MSE at the end."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5000, 8, generator=gen)
+    y = torch.sin(x @ torch.linspace(-1, 1, 8)) + 0.3 * torch.randn(5000, generator=gen)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1), torch.nn.Flatten(0)
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: RATE ** max(0, s - 200))
+    guard = TrainingGuard(model, opt, scheduler=sched, log=log, checkpoint_every=10)
+    for _ in range(STEPS):
+        idx = torch.randint(0, 4000, (32,), generator=gen)
+        per_sample = F.mse_loss(model(x[idx]), y[idx], reduction="none")
+        per_sample.mean().backward()
+        if guarded:
+            guard.step(per_sample.mean(), indices=idx.tolist(), sample_losses=per_sample.detach())
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if torch.isfinite(norm):
+                opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+    guard.close()
+    with torch.no_grad():
+        return F.mse_loss(model(x[4000:]), y[4000:]).item()
+
+
+def test_a_slow_rise_of_the_level_is_a_drift_and_rolled_back(tmp_path):
+    """LR creep: the loss level doubles over ~100 steps with no spike that says so; the guard
+    calls it a drift from the run's best level and, once the snapshot from before the rise does
+    clearly better, rolls back to it; skip-and-clip ends more than 2x worse (0.30 vs 0.13)."""
+    log = tmp_path / "g.jsonl"
+    guarded, clipped = _creep(True, log=str(log)), _creep(False)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [e["kind"] for e in events]
+    assert "stop" not in kinds and "fallback" not in kinds
+    drift = next(e for e in events if e["kind"] == "drift")
+    assert drift["level"] >= 2 * drift["best_level"] and drift["best_step"] < drift["step"]
+    first = next(e for e in events if e["kind"] == "rollback")
+    assert first["step"] > drift["step"] and first["to_step"] <= drift["best_step"]
+    assert guarded < 0.7 * clipped
