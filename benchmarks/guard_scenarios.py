@@ -312,7 +312,8 @@ def _load(names: list[str], held_out: bool = False) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (from --first-seed)")
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated scenarios (default: all)")
     ap.add_argument(
         "--families", default="", help="comma-separated families: " + ",".join(FAMILIES)
@@ -337,7 +338,7 @@ def main() -> None:
     unknown = [s for s in only if s not in suite] + [f for f in fams if f not in BUILDERS]
     if unknown:
         raise SystemExit(f"guard_scenarios: unknown scenario/family {unknown}")
-    rows = measure(only, fams, tuple(range(a.seeds)), a.scale, suite)
+    rows = measure(only, fams, tuple(range(a.first_seed, a.first_seed + a.seeds)), a.scale, suite)
     table, totals = summarize(rows)
     name = ("guard-held-out" if a.held_out else "guard-suite") + (f"-{a.name}" if a.name else "")
     write_results(name, {"rows": rows, "totals": totals}, table=table, params=vars(a))
