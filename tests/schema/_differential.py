@@ -227,6 +227,9 @@ def _positions(index: pd.Index) -> dict[Any, int]:
     for i, label in enumerate(index):
         out.setdefault(label, i)
         out.setdefault(str(label), i)
+        if isinstance(label, tuple):  # a MultiIndex label, as pandera writes it: "(2, -1)"
+            plain = tuple(v.item() if isinstance(v, np.generic) else v for v in label)
+            out.setdefault(str(plain), i)
     return out
 
 
@@ -245,6 +248,8 @@ def _pandera_sites(
         ]
         if chk.startswith("dtype("):
             owners = [lv.name for lv in schema.index.indexes if f"dtype('{lv.dtype}')" == chk]
+        if len(owners) > 1:  # a level the file does not store is not checked
+            owners = [n for n in owners if n in list(frame.index.names)]
         col = owners[0] if len(owners) == 1 else col
     if ctx in ("Index", "MultiIndex"):
         col = index_label(None if _isna(col) else col)

@@ -432,7 +432,11 @@ def long_run(examples: int, seed: int, cli: bool = False) -> dict[str, Any]:
             out = check_generated(gen, folder / str(n), cli=cli)
         except Exception as exc:  # noqa: BLE001 - an exit 3 or a harness error: counted
             counts["crash"] += 1
-            problems.append({"n": n, "crash": f"{type(exc).__name__}: {exc}"[:500]})
+            import traceback
+
+            where = traceback.format_exc().strip().splitlines()[-8:]
+            problems.append({"n": n, "crash": f"{type(exc).__name__}: {exc}"[:500], "at": where})
+            problems[-1]["schema"] = describe(gen.pandera_schema)
             return
         counts[out.status] += 1
         used.update(out.used)
