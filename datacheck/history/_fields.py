@@ -42,9 +42,18 @@ _TWO_WORDS = (
 )
 """Keys of two words: the LR, the grad norm, the loss scale, and a loss with its qualifier
 (a GAN's ``D loss: 0.5 G loss: 1.2``, ``total loss 2.3``, ``Train loss 2.3``)."""
-_SPAN = r"\s*+,?\s*+(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)(?![A-Za-z])"
+_SPAN = r"\s*+,?\s*+(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)(?![\w./-])"
 """A number followed by a unit of time is a duration, never a value of its key (mmcv's ``eta:
 6 days, 15:22:46``: ``str(datetime.timedelta(...))``)."""
+_EXT = r"(?:py|pyx|cpp|cc|cxx|cu|c|h|hpp|java|kt|scala|go|rs|jl|lua):"
+_SOURCE = re.compile(
+    rf"(?<![\w./-])[\w/-]++(?:\.(?!{_EXT})[\w/-]++)*+\.(?={_EXT})\w++"
+    r"(?::[A-Za-z_<][\w<>.-]*+)?+:(\d++)"
+    r"|\|\s*+[\w.]++:[\w<>]++:(\d++)\s++-\s"
+)
+"""A source location: glog's ``solver.cpp:218]``, DeepSpeed's ``[stage2.py:1628:step]``,
+loguru's ``| trainers.base_trainer:train_epochs:256 - `` (its line number alternates between
+call sites: never a counter)."""
 _NOT_KEYS = (
     r"(?:is|at|of|to|in|on|by|for|the|and|or|was|from|with|after|nan|inf|infinity"
     r"|info|debug|warning|warn|error|critical|trace)"
@@ -184,6 +193,8 @@ def line_fields(line: str) -> Found:
         return row
     row = {}
     used: set[int] = set()
+    if ":" in line:  # the line number of a source location is no value
+        used.update(m.start(1) if m.group(1) else m.start(2) for m in _SOURCE.finditer(line))
     low = line.lower()
     counter_words = any(w in low for w in _COUNTER_WORDS)
     if counter_words:  # glued to its word (``1epoch``, ``101-200batch``): before any pair

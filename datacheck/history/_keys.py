@@ -79,7 +79,11 @@ _AVERAGE = frozenset({"avg", "average", "mean", "running", "smoothed", "smooth",
 per-step value beside it is preferred, and the two are never summed."""
 _TOTAL = frozenset({"total", "losses", "sum", "overall", "all"})
 """A loss named the total of the components printed beside it (``total_loss``, ``losses``)."""
-_KINDS = ("a loss", "a cost (the objective under another name)", "an NLL / cross-entropy")
+_KINDS = (
+    "a loss",
+    "a cost (the objective under another name)",
+    "an objective by its own name (NLL, cross-entropy, MSE, ...)",
+)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ __all__ = ["left_out", "nonfinite", "reading_index", "row_signals"]
 
 def left_out(cols: Columns, keys: Keys) -> list[dict[str, Any]]:
     """A line with the LR but neither the loss nor the grad norm, after lines that always had
-    both, and no skip counted on it: the trainer left a non-finite loss out (Megatron prints a
+    both, holding only fields the line before it held (its shape less the two, 3 fields at
+    least), and no skip counted on it: the trainer left a non-finite loss out (Megatron prints a
     loss only ``if avg > 0.0``, which NaN is not, and a grad norm only for a step taken)."""
     if len(keys.loss) != 1 or keys.grad_norm is None or keys.lr is None:
         return []
@@ -38,6 +39,10 @@ def left_out(cols: Columns, keys: Keys) -> list[dict[str, Any]]:
     row = int(bare[0])
     if any(s[row] != MISSING and s[row] > 0 for s in skips):
         return []  # a skipped step (an fp16 overflow): counted as such
+    before = int(np.flatnonzero(both[:row])[-1])
+    has = {k for k, c in cols.cols.items() if c[row] != MISSING}
+    if len(has) < 3 or not has <= {k for k, c in cols.cols.items() if c[before] != MISSING}:
+        return []  # not the loss line's shape less the two (an LR printed on its own line)
     text = (
         f"{keys.loss[0]} and {keys.grad_norm} left out of a line that prints them (Megatron "
         "prints a loss only when it is > 0, which NaN is not)"

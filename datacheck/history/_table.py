@@ -71,7 +71,11 @@ _COUNTER_TOKENS = frozenset(
     {"step", "steps", "iter", "iters", "iteration", "iterations", "update", "updates"}
 )
 _EVAL_TOKENS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
-_OBJECTIVE_TOKENS = frozenset({"nll", "ce", "xent", "objective", "crossentropy"})
+_OBJECTIVE_TOKENS = frozenset(
+    {"nll", "ce", "xent", "objective", "crossentropy", "mse", "rmse", "mae", "bce"}
+)
+"""An objective under its own name: NLL, cross-entropy (MXNet's ``cross-entropy``), and the
+regression objectives (``MSE``, XGBoost's ``train-rmse``)."""
 _PPL_TOKENS = frozenset({"ppl", "perplexity"})
 _COST_NOT = frozenset({"batch", "data", "time", "io", "compute", "comm", "ms", "s"})
 _LR = re.compile(r"lr\d*")
@@ -173,7 +177,11 @@ def _is_loss(key: str, toks: set[str]) -> bool:
         return not {"scale", "scaler", "best", "weight", "ppl", "perplexity"} & toks
     if "cost" in toks:
         return not _COST_NOT & toks
-    return bool(_OBJECTIVE_TOKENS & toks or _PPL_TOKENS & toks) or key in _SCORES
+    return (
+        bool(_OBJECTIVE_TOKENS & toks or _PPL_TOKENS & toks)
+        or {"cross", "entropy"} <= toks
+        or key in _SCORES
+    )
 
 
 _SCORES = ("score", "train_score", "training_score")

@@ -455,3 +455,90 @@ def test_detectron2_anomaly_in_words(tmp_path):
     )
     tl, code = _timeline(tmp_path, text)
     assert (code, tl["status"]) == (1, "nan")
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "nan", "spike"])
+def test_caffe_glog_source_lines_are_no_counter(tmp_path, scenario):
+    """BVLC/caffe src/caffe/solver.cpp (``Solver::Step``, read in its indexed copies):
+    ``"Iteration " << iter_ << " (" << per_s << " iter/s, " << lapse << "s/" <<
+    param_.display() << " iters), loss = " << smoothed_loss_``, then ``"    Train net output #"
+    << score_index++ << ": " << output_name << " = " << result_vec[k]`` with ``" (* " <<
+    loss_weight << " = " << loss_weight * result_vec[k] << " loss)"``; sgd_solver.cpp's
+    ``"Iteration " << iter_ << ", lr = " << rate``; ``Test net output`` lines in the test
+    phase.  glog's prefix names the source line (``solver.cpp:218]``), which alternates between
+    call sites: never a counter, and the clock is none either."""
+    run = _runs()[scenario]
+    lines = []
+    for s, v, _, lr in _rows(run):
+        at = f"I0612 10:{s // 60 % 60:02d}:{s % 60:02d}.{s:06d} 12345"
+        lines.append(
+            f"{at} solver.cpp:218] Iteration {s} (1.23 iter/s, 16.2s/20 iters), loss = {v:g}"
+        )
+        lines.append(
+            f"{at} solver.cpp:237]     Train net output #0: loss = {v:g} (* 1 = {v:g} loss)"
+        )
+        lines.append(f"{at} sgd_solver.cpp:105] Iteration {s}, lr = {lr:g}")
+        if s % 100 == 0:
+            lines.append(f"{at} solver.cpp:330] Iteration {s}, Testing net (#0)")
+            lines.append(f"{at} solver.cpp:397]     Test net output #0: accuracy = 0.91")
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    _expect(tl, code, scenario, NAN_AT if scenario == "nan" else SPIKE_AT)
+    assert (tl["keys"]["step"], tl["keys"]["loss"]) == ("iteration", "loss")
+
+
+def test_a_key_after_a_unit_word_is_kept(tmp_path):
+    """A duration word ends a value only as a word: ``min_lr`` after a number is a key."""
+    text = "".join(f"epoch {e} min_lr 0.0001 loss {2 - e / 100:.3f}\n" for e in range(1, 60))
+    text += "epoch 60 min_lr 0.0001 loss nan\n"
+    tl, code = _timeline(tmp_path, text)
+    assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "epoch", 60)
+
+
+def test_an_lr_printed_on_its_own_line_is_no_loss_left_out(tmp_path):
+    """A scheduler's own line (``Epoch N learning rate: X``) beside Megatron-style lines has
+    the LR alone: not the loss line's shape, so no NaN."""
+    lines = []
+    for it in range(3300, 3400):
+        lines.append(
+            f" iteration {it:8d}/    8000 | learning rate: 6.680E-06 | lm loss: 7.0E-01 |"
+            " loss scale: 1.0 | grad norm: 0.750 |"
+        )
+        if it % 20 == 0:
+            lines.append(f"Epoch {it // 20} learning rate: 0.001")
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    assert (code, tl["status"]) == (0, "healthy")
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "nan"])
+def test_mxnet_speedometer_cross_entropy(tmp_path, scenario):
+    """apache/mxnet python/mxnet/callback.py ``Speedometer``: ``'Epoch[%d] Batch [%d]\\tSpeed:
+    %.2f samples/sec\\t%s=%f'`` over the metric's ``get_name_value()`` (``cross-entropy``), and
+    module/base_module.py's ``'Epoch[%d] Train-%s=%f'`` / ``'Epoch[%d] Time cost=%.3f'``."""
+    run = _runs()[scenario]
+    lines = []
+    for k, (_s, v, _, _) in enumerate(_rows(run)):
+        epoch, batch = divmod(k, 10)
+        lines.append(
+            "INFO:root:Epoch[%d] Batch [%d]\tSpeed: %.2f samples/sec\t%s=%f"
+            % (epoch, batch * 20, 1000.0, "cross-entropy", v)
+        )
+        if batch == 9:
+            lines.append("INFO:root:Epoch[%d] Train-%s=%f" % (epoch, "accuracy", 0.5))
+            lines.append("INFO:root:Epoch[%d] Time cost=%.3f" % (epoch, 10.5))
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    _expect(tl, code, scenario, 4 * 200)  # run step 400 is reading 40: epoch 4, batch 0
+    assert tl["keys"]["loss"] == "cross_entropy"
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "nan"])
+def test_xgboost_rmse_is_the_objective(tmp_path, scenario):
+    """dmlc/xgboost python-package/xgboost/callback.py ``EvaluationMonitor``: ``f"[{epoch}]"``
+    then ``"\\t" + f"{data}-{metric}:{score}"`` per data set (``train-rmse``, ``eval-rmse``)."""
+    run = _runs()[scenario]
+    text = "".join(
+        f"[{k}]\ttrain-rmse:{v:.5f}\teval-rmse:{v * 1.1:.5f}\n"
+        for k, (_s, v, _, _) in enumerate(_rows(run))
+    )
+    tl, code = _timeline(tmp_path, text)
+    _expect(tl, code, scenario, 40)
+    assert (tl["keys"]["loss"], tl["keys"]["eval_loss"]) == ("train_rmse", "eval_rmse")
