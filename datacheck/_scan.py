@@ -28,7 +28,8 @@ from datacheck.engine._merge import (
     write_manifest,
 )
 from datacheck.engine._outputs import out_lock, retire_report
-from datacheck.engine._unit import UnitResult, poison_result, scan_unit
+from datacheck.engine._result import UnitResult, poison_result
+from datacheck.engine._unit import scan_unit
 from datacheck.errors import UsageError
 from datacheck.execute import check_executor, default_workers, prestart, run_units
 from datacheck.formats import (

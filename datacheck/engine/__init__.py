@@ -8,6 +8,7 @@ and checks it; :mod:`._merge` folds unit results into per-file entries and the m
 from __future__ import annotations
 
 from datacheck.engine._discover import discover, plan_units
-from datacheck.engine._unit import UnitResult, poison_result, scan_unit
+from datacheck.engine._result import UnitResult, poison_result
+from datacheck.engine._unit import scan_unit
 
 __all__ = ["UnitResult", "discover", "plan_units", "poison_result", "scan_unit"]

@@ -1,7 +1,7 @@
 """The resume journal: finished work units, recorded in the output folder as they finish.
 
 ``OUT/journal.jsonl`` holds a header line (the scan's fingerprint: inputs, schema, unit size)
-and then one JSON line per finished unit: its :class:`~datacheck.engine._unit.UnitResult` without the
+and then one JSON line per finished unit: its :class:`~datacheck.engine._result.UnitResult` without the
 findings, which live in ``OUT/parts/<hash>.arrow`` (written, atomically, before the line).
 The lines of quick units are held in memory and written together (a write per 1 ms image is
 CPU taken from the cores its workers decode on): a line is written, with those held, once the
@@ -34,7 +34,7 @@ from typing import Any
 
 from datacheck import findings as fnd
 from datacheck._jsonl import JsonlWriter, read_records
-from datacheck.engine._unit import UnitResult
+from datacheck.engine._result import UnitResult
 from datacheck.errors import UsageError
 from datacheck.formats import WorkUnit
 

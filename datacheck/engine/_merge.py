@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from datacheck import findings as fnd
 from datacheck.checks._registry import Severity
-from datacheck.engine._unit import UnitResult
+from datacheck.engine._result import UnitResult
 
 __all__ = [
     "apply_extra",

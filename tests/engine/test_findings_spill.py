@@ -14,7 +14,7 @@ import pytest
 
 import datacheck
 from datacheck import findings as fnd
-from datacheck.engine import _unit
+from datacheck.engine import _result, _unit
 from datacheck.formats import WorkUnit
 
 NAN = float("nan")
@@ -32,7 +32,7 @@ def _nan_file(path: Path, n: int) -> Path:
 def test_findings_past_the_spill_size_stream_to_the_part(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_unit, "SPILL_ROWS", 1000)
+    monkeypatch.setattr(_result, "SPILL_ROWS", 1000)
     monkeypatch.setattr(_unit, "CHECK_ROWS", 4096)
     n = 20_000
     path = _nan_file(tmp_path / "bad.parquet", n)
@@ -56,7 +56,7 @@ def test_findings_past_the_spill_size_stream_to_the_part(
 def test_the_manifest_names_every_bad_row_of_a_spilled_unit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_unit, "SPILL_ROWS", 1000)
+    monkeypatch.setattr(_result, "SPILL_ROWS", 1000)
     monkeypatch.setattr(_unit, "CHECK_ROWS", 4096)
     n = 20_000
     path = _nan_file(tmp_path / "bad.parquet", n)

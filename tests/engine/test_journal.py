@@ -18,7 +18,7 @@ from datacheck import findings as fnd
 from datacheck.checks._registry import Severity
 from datacheck.engine import _journal
 from datacheck.engine._journal import JOURNAL, Journal
-from datacheck.engine._unit import UnitResult
+from datacheck.engine._result import UnitResult
 from datacheck.errors import UsageError
 from datacheck.findings import Finding, findings_table
 

@@ -317,7 +317,7 @@ def test_workers_that_cannot_see_out_send_big_findings_a_piece_at_a_time(tmp_pat
     send their findings with their result.  Report and manifest as a local scan's."""
     if not can_hide_folders():
         pytest.skip("needs unshare and mount (root) to give workers their own mount namespace")
-    from datacheck.engine._unit import SPILL_ROWS
+    from datacheck.engine._result import SPILL_ROWS
 
     data = tmp_path / "data"
     data.mkdir()

@@ -21,7 +21,7 @@ import datacheck
 from datacheck._demo import PLANTED
 from datacheck._scan import _run_unit
 from datacheck.engine._discover import discover, plan_units
-from datacheck.engine._unit import poison_result
+from datacheck.engine._result import poison_result
 from datacheck.execute import run_units
 
 EXECUTORS = ("inprocess", "processes", "distributed")
