@@ -18,6 +18,7 @@ The check is two steps so that the host waits at most once per clean batch:
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -293,11 +294,35 @@ def _row_flags(x2: torch.Tensor, rules: ColumnRules) -> torch.Tensor:
     return flags
 
 
-def _clean_on_cpu(x: torch.Tensor, rules: ColumnRules) -> bool:
-    """One fused min/max pass over the whole leaf proving it clean (host reads are free on CPU).
+_SQUARES = (torch.float32, torch.float64)
+"""Dtypes whose sum of squares (a BLAS dot product, one vectorised pass) can prove a leaf clean."""
+_PEEK = 4096
+"""Values whose squares guess whether the whole leaf's sum of squares can pass its bound."""
 
-    Clean leaves, the common case, then skip the per-sample reductions entirely.
+
+def _clean_on_cpu(x: torch.Tensor, rules: ColumnRules) -> bool:
+    """One pass over the whole leaf proving it clean (host reads are free on CPU).
+
+    Clean leaves, the common case, then skip the per-sample reductions entirely. A float leaf
+    under magnitude bounds only is proven by its sum of squares ``s = x . x`` (a BLAS dot, about
+    3x faster than a min/max pass): ``s`` is NaN or Inf if any value is, and every ``x_i^2 <=
+    s``, so ``s <= B^2`` means every ``|x_i| <= B``; the computed ``s`` is within a factor
+    ``1 - n*u/(1 - n*u)`` of the exact sum (summation's worst-case error, ``u`` the unit
+    roundoff), which the test leaves room for. Otherwise (a range, large values whose squares
+    overflow or exceed the bound): the leaf's exact min and max.
     """
+    if x.dtype in _SQUARES and not rules.ranges and x.is_contiguous():
+        n = x.numel()
+        nu = n * torch.finfo(x.dtype).eps / 2
+        limit = min((b.max_abs for b in rules.bounds), default=math.inf) ** 2
+        limit *= 1 - nu / (1 - nu)
+        v = x.reshape(-1)
+        head = v[:_PEEK]
+        # the squares' sum of the first values, scaled, guesses whether the whole can pass
+        if nu < 0.25 and float(torch.dot(head, head)) * (n / max(head.numel(), 1)) < limit / 2:
+            s = float(torch.dot(v, v))
+            if math.isfinite(s) and s <= limit:
+                return True
     lo_t, hi_t = torch.aminmax(x)
     return range_holds(rules, float(lo_t), float(hi_t), True)
 

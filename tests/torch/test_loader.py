@@ -490,3 +490,19 @@ def test_a_tuple_batch_names_its_positions_item_0_item_1(tmp_path, caplog, num_w
     wrong = GuardedLoader(DataLoader(ds, batch_size=8), ranges={"1": (0, 29)})
     with pytest.raises(UsageError, match=r"ranges key '1' names no leaf.*'item 0', 'item 1'"):
         next(iter(wrong))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("planted", [65504.0, 65505.0, float("nan"), float("inf"), -1e30, 3e19])
+def test_the_sum_of_squares_clean_proof_never_hides_a_value(dtype, planted):
+    """The one-pass clean proof (a dot product) on a large leaf agrees with the exact check:
+    a value at the bound passes, one past it, a NaN, an Inf, an overflowing square are found."""
+    from datacheck.torch._checks import LeafRules
+
+    x = torch.randn(512, 2048, generator=torch.Generator().manual_seed(0)).to(dtype)
+    x[300, 1000] = planted
+    found = launch_check({"x": x}, 512, LeafRules(65504.0, {})).result()
+    expected = {65504.0: set(), 65505.0: {"extreme"}, -1e30: {"extreme"}, 3e19: {"extreme"}}
+    want = expected.get(planted, {"nan" if planted != planted else "inf"})
+    assert {f.check for f in found} == want
+    assert all(f.pos == 300 for f in found)

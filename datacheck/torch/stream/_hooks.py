@@ -57,15 +57,28 @@ def _mds_name(ds: Any, sample_id: Any) -> SampleId | None:
     return SampleId(_join(root, shard.split, shard.raw_data.basename), str(int(row)))
 
 
-def _litdata_name(ds: Any, index: Any) -> SampleId | None:
-    if not hasattr(index, "chunk_index"):
-        return None
-    config = ds.cache._reader.config
-    chunk = int(index.chunk_index)
-    start = int(config.intervals[chunk][0])
-    filename = config._chunks[chunk]["filename"]
-    root = getattr(ds.input_dir, "url", None) or getattr(ds.input_dir, "path", None) or ""
-    return SampleId(_join(root, "", filename), str(int(index.index) - start))
+class _LitdataNames:
+    """A litdata item's chunk file and row: ``(dataset, ChunkedIndex) -> SampleId`` (a
+    :data:`Namer`); each chunk's file and first index are looked up once, not per item."""
+
+    def __init__(self) -> None:
+        self._chunks: dict[int, tuple[Any, str, int]] = {}
+
+    def __call__(self, ds: Any, index: Any) -> SampleId | None:
+        if not hasattr(index, "chunk_index"):
+            return None
+        config, chunk = ds.cache._reader.config, int(index.chunk_index)
+        known = self._chunks.get(chunk)
+        if known is None or known[0] is not config:
+            start = int(config.intervals[chunk][0])
+            filename = config._chunks[chunk]["filename"]
+            root = getattr(ds.input_dir, "url", None) or getattr(ds.input_dir, "path", None)
+            known = (config, _join(root or "", "", filename), start)
+            self._chunks[chunk] = known
+        return SampleId(known[1], str(int(index.index) - known[2]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_chunks": {}}  # a worker looks its chunks up itself
 
 
 def _litdata_alone(ds: Any, read: Callable[[], Any]) -> Any:
@@ -136,7 +149,7 @@ def hook_for(
     if _from("streaming.base.dataset", "StreamingDataset", dataset):
         return GetItemHook(_mds_name, catch, excluded)
     if _from("litdata.streaming.dataset", "StreamingDataset", dataset):
-        return GetItemHook(_litdata_name, catch, excluded, _litdata_alone)
+        return GetItemHook(_LitdataNames(), catch, excluded, _litdata_alone)
     if has_tuple_stage(dataset):  # WebDataset's to_tuple: its samples keep their key
         return TupleKeys()
     return None
