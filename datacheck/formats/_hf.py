@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
@@ -33,7 +34,7 @@ from datacheck.formats._audio import check_audio
 from datacheck.formats._image import DecodeError, Problem, check_image, read_bytes
 from datacheck.schema._media import ImageRules, media_rules
 
-__all__ = ["HfArrowFormat", "hf_features", "media_chunks"]
+__all__ = ["HfArrowFormat", "hf_features", "media_chunks", "media_labels"]
 
 MAX_META_BYTES = 16 << 20
 _MEDIA = ("Image", "Audio")
@@ -82,10 +83,11 @@ def is_hf_metadata(path: str) -> bool:
     return name in ("state.json", "dataset_info.json") and bool(_data_files(folder))
 
 
-def hf_features(schema: pa.Schema, folder: str | None) -> dict[str, str]:
-    """Top-level ``Image``/``Audio`` feature columns: name -> feature type, from the features
-    the file's schema metadata stores (``datasets`` writes them into every Arrow and Parquet
-    file), else from the ``dataset_info.json`` in ``folder`` (None: the metadata only)."""
+def hf_features(schema: pa.Schema, folder: str | None) -> dict[str, Any]:
+    """Columns holding ``Image``/``Audio`` features anywhere in them (top-level, in a struct, in
+    a ``List``/``Sequence``, nested): name -> the column's feature, from the features the
+    file's schema metadata stores (``datasets`` writes them into every Arrow and Parquet file),
+    else from the ``dataset_info.json`` in ``folder`` (None: the metadata only)."""
     features: Any = None
     meta = (schema.metadata or {}).get(b"huggingface")
     if meta:
@@ -98,11 +100,74 @@ def hf_features(schema: pa.Schema, folder: str | None) -> dict[str, str]:
         features = info.get("features") if isinstance(info, dict) else None
     if not isinstance(features, dict):
         return {}
-    return {
-        name: f["_type"]
-        for name, f in features.items()
-        if isinstance(f, dict) and f.get("_type") in _MEDIA and name in schema.names
-    }
+    return {name: f for name, f in features.items() if name in schema.names and _holds_media(f, 0)}
+
+
+def media_labels(media: Mapping[str, Any]) -> dict[str, str]:
+    """The type names of the columns that are one media feature each (``Image``, ``Audio``):
+    those columns are decoded, then left out of the batch."""
+    return {n: f["_type"] for n, f in media.items() if isinstance(f, dict) and _kind(f)}
+
+
+_LISTS = ("List", "Sequence", "LargeList")
+_DEPTH = 64  # features nested deeper are not walked (JSON metadata is untrusted)
+
+
+def _kind(feature: Any) -> str | None:
+    kind = feature.get("_type") if isinstance(feature, dict) else None
+    return kind if kind in _MEDIA else None
+
+
+def _holds_media(feature: Any, depth: int) -> bool:
+    if depth > _DEPTH:
+        return False
+    if isinstance(feature, list):  # the legacy ``[feature]`` spelling of a list
+        return len(feature) == 1 and _holds_media(feature[0], depth + 1)
+    if not isinstance(feature, dict):
+        return False
+    if _kind(feature):
+        return True
+    if feature.get("_type") in _LISTS:
+        return _holds_media(feature.get("feature"), depth + 1)
+    return "_type" not in feature and any(_holds_media(f, depth + 1) for f in feature.values())
+
+
+def _media_values(
+    feature: Any, array: pa.Array, rows: np.ndarray, name: str, depth: int = 0
+) -> Iterator[tuple[str, str, pa.Array, np.ndarray]]:
+    """(column name, kind, the ``{bytes, path}`` structs, each one's row) of every media value
+    under ``feature``, walking its Arrow storage: struct fields are named ``col.field``, list
+    items keep the row holding their list."""
+    if depth > _DEPTH:
+        return
+    if isinstance(feature, list) and len(feature) == 1:
+        feature = {"_type": "List", "feature": feature[0]}
+    if not isinstance(feature, dict):
+        return
+    kind, typ = _kind(feature), array.type
+    if kind:
+        if pa.types.is_struct(typ):
+            yield name, kind, array, rows
+    elif feature.get("_type") in _LISTS:
+        sub = feature.get("feature")
+        if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+            parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+            yield from _media_values(sub, pc.list_flatten(array), rows[parents], name, depth + 1)
+        elif pa.types.is_struct(typ) and isinstance(
+            sub, dict
+        ):  # a list of dicts as a dict of lists
+            for i in range(typ.num_fields):
+                field = typ.field(i).name
+                item = {"_type": "List", "feature": sub.get(field)}
+                yield from _media_values(item, array.field(i), rows, f"{name}.{field}", depth + 1)
+    elif "_type" not in feature and pa.types.is_struct(typ):
+        children = array.flatten()
+        for i in range(typ.num_fields):
+            field = typ.field(i).name
+            if field in feature:
+                yield from _media_values(
+                    feature[field], children[i], rows, f"{name}.{field}", depth + 1
+                )
 
 
 def _decode(kind: str, data: bytes, rules: ImageRules) -> list[Problem]:
@@ -121,35 +186,51 @@ def _read_by_path(folder: str, where: str, kind: str) -> bytes:
 
 
 def _media_findings(
-    path: str, batch: pa.RecordBatch, offset: int, media: dict[str, str], rules: ImageRules
+    path: str, batch: pa.RecordBatch, offset: int, media: dict[str, Any], rules: ImageRules
 ) -> list[Finding]:
     folder = _split(path)[0]
     out: list[Finding] = []
-    for name, kind in media.items():
-        column = batch.column(name)
-        if not pa.types.is_struct(column.type):
+    for column, feature in media.items():
+        top = np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+        for name, kind, values, rows in _media_values(feature, batch.column(column), top, column):
+            out += _decoded(path, folder, name, kind, values, rows, rules)
+    return out
+
+
+def _decoded(
+    path: str,
+    folder: str,
+    name: str,
+    kind: str,
+    values: pa.Array,
+    rows: np.ndarray,
+    rules: ImageRules,
+) -> list[Finding]:
+    """The findings of decoding each ``{bytes, path}`` value, at its row."""
+    fields = {values.type.field(i).name: i for i in range(values.type.num_fields)}
+    children = values.flatten()
+    blobs = children[fields["bytes"]] if "bytes" in fields else None
+    paths = children[fields["path"]] if "path" in fields else None
+    out: list[Finding] = []
+    for i in range(len(values)):
+        data = blobs[i].as_py() if blobs is not None else None
+        where = paths[i].as_py() if paths is not None else None
+        row = int(rows[i])
+        try:
+            if data is None and where:
+                data = _read_by_path(folder, where, kind)
+            if data is None:
+                continue  # a null value: the null checks see the column
+            problems = _decode(kind, data, rules)
+        except DecodeError as exc:
+            out.append(Finding(path, "corrupt", Severity.ERROR, str(exc), name, row))
             continue
-        fields = {column.type.field(i).name: column.field(i) for i in range(column.type.num_fields)}
-        blobs, paths = fields.get("bytes"), fields.get("path")
-        for i in range(len(column)):
-            data = blobs[i].as_py() if blobs is not None else None
-            where = paths[i].as_py() if paths is not None else None
-            row = offset + i
-            try:
-                if data is None and where:
-                    data = _read_by_path(folder, where, kind)
-                if data is None:
-                    continue  # a null value: the null checks see the column
-                problems = _decode(kind, data, rules)
-            except DecodeError as exc:
-                out.append(Finding(path, "corrupt", Severity.ERROR, str(exc), name, row))
-                continue
-            out += [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
+        out += [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
     return out
 
 
 def media_chunks(
-    chunks: Iterator[Chunk], path: str, media: dict[str, str], rules: ImageRules
+    chunks: Iterator[Chunk], path: str, media: dict[str, Any], rules: ImageRules
 ) -> Iterator[Chunk]:
     """Chunks of a file whose ``media`` columns are decoded (findings at their rows) and then
     left out of the batch, as in a ``save_to_disk`` split (a Parquet file ``datasets`` wrote)."""
@@ -163,17 +244,17 @@ def media_chunks(
         for batch in batches:
             found += _media_findings(path, batch, offset, media, rules)
             offset += batch.num_rows
-        yield Chunk(chunk.row_offset, table.drop_columns(list(media)), findings=found)
+        yield Chunk(chunk.row_offset, table.drop_columns(list(media_labels(media))), findings=found)
 
 
 def _chunks(
-    reader: pa.ipc.RecordBatchStreamReader, path: str, media: dict[str, str], rules: ImageRules
+    reader: pa.ipc.RecordBatchStreamReader, path: str, media: dict[str, Any], rules: ImageRules
 ) -> Iterator[Chunk]:
-    offset = 0
+    offset, decoded = 0, list(media_labels(media))
     for batch in reader:
         batch.validate(full=True)  # damaged offsets would read out of bounds: corrupt, not a crash
         found = _media_findings(path, batch, offset, media, rules)
-        rest = batch.drop_columns(list(media)) if media else batch
+        rest = batch.drop_columns(decoded) if decoded else batch
         yield Chunk(row_offset=offset, batch=rest, findings=found)
         offset += batch.num_rows
 
@@ -191,7 +272,8 @@ class HfArrowFormat(Format):
         reader = pa.ipc.open_stream(_source(unit.path))
         schema = reader.schema
         media = hf_features(schema, _split(unit.path)[0])
-        columns = {f.name: media.get(f.name) or str(f.type) for f in schema}
+        labels = media_labels(media)
+        columns = {f.name: labels.get(f.name) or str(f.type) for f in schema}
         rules = media_rules(options).images
         chunks = _chunks(reader, unit.path, media, rules)
         return Opened(columns, chunks, arrow_schema=schema)

@@ -113,11 +113,11 @@ class ParquetFormat(Format):
 
         names, stream = _type_names(schema), chunks()
         if b"huggingface" in (schema.metadata or {}):  # written by datasets: its features
-            from datacheck.formats._hf import hf_features, media_chunks
+            from datacheck.formats._hf import hf_features, media_chunks, media_labels
             from datacheck.schema._media import media_rules
 
             if media := hf_features(schema, None):
-                names |= media
+                names |= media_labels(media)
                 stream = media_chunks(stream, unit.path, media, media_rules(options).images)
         return Opened(names, stream, expected_rows=expected, arrow_schema=schema)
 

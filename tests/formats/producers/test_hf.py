@@ -199,3 +199,77 @@ def test_class_label_and_sequences_read_like_datasets(tmp_path: Path) -> None:
     features = load("to_parquet", folder).features
     assert isinstance(features["label"], datasets.ClassLabel)
     assert entry["columns"]["label"] == "int64" and "list" in entry["columns"]["seq"]
+
+
+def nested_media(bad: int) -> Any:
+    """Images inside other features, as ``datasets`` stores them: a ``List(Image)``, an
+    ``Image`` in a dict beside a number, and a ``Sequence`` of dicts (a dict of lists in
+    Arrow); at row ``bad`` one image of each is a truncated PNG."""
+    n = 7
+    cut = lambda i, k: png(k)[:40] if i == bad else png(k)  # noqa: E731
+    features = datasets.Features(
+        {
+            "imgs": datasets.List(datasets.Image()),
+            "pair": {"img": datasets.Image(), "w": datasets.Value("float32")},
+            "views": datasets.Sequence({"img": datasets.Image()}),
+        }
+    )
+    data = {
+        "imgs": [
+            [{"bytes": png(0), "path": None}, {"bytes": cut(i, 1), "path": None}] for i in range(n)
+        ],
+        "pair": [{"img": {"bytes": cut(i, 2), "path": None}, "w": 1.0} for i in range(n)],
+        "views": [
+            {
+                "img": [{"bytes": png(3), "path": None}] * (i % 2)
+                + [{"bytes": cut(i, 4), "path": None}]
+            }
+            for i in range(n)
+        ],
+    }
+    return datasets.Dataset.from_dict(data, features=features)
+
+
+@pytest.mark.parametrize("layout", ["save_to_disk", "to_parquet"])
+def test_images_nested_in_lists_and_dicts_are_decoded_at_their_rows(
+    layout: str, tmp_path: Path
+) -> None:
+    """Every image ``datasets`` would decode is decoded, wherever the features put it; a row
+    group of 3 rows (Parquet) keeps the rows of list items right across batches."""
+    folder = tmp_path / "ds"
+    ds = nested_media(bad=5)
+    if layout == "save_to_disk":
+        ds.save_to_disk(str(folder))
+    else:
+        folder.mkdir()
+        ds.to_parquet(str(folder / "train.parquet"), batch_size=3)
+    found = {(r, c, k) for _, r, c, k in sites(scan(folder))}
+    assert found == {
+        (5, "imgs", "corrupt"),
+        (5, "pair.img", "corrupt"),
+        (5, "views.img", "corrupt"),
+    }
+    loaded = load_images(layout, folder)
+
+    def decode(i: int) -> None:
+        row = loaded[i]  # datasets decodes the row's images here
+        for image in row["imgs"] + [row["pair"]["img"]] + row["views"]["img"]:
+            image.load()
+
+    for i in range(len(loaded)):  # the oracle: datasets' own decode fails on row 5 only
+        if i == 5:
+            with pytest.raises(Exception):  # noqa: B017 - what Pillow raises through datasets
+                decode(i)
+        else:
+            decode(i)
+    clean = tmp_path / "clean"
+    nested_media(bad=-1).save_to_disk(str(clean))
+    assert {e["status"] for e in scan(clean).data["files"]} == {"ok"}
+
+
+def load_images(layout: str, folder: Path) -> Any:
+    if layout == "save_to_disk":
+        return datasets.load_from_disk(str(folder))
+    cache = str(folder.parent / f"{folder.name}-hf-cache")
+    files = [str(folder / "train.parquet")]
+    return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
