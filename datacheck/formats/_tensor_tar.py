@@ -6,7 +6,8 @@ Written against the shards ``webdataset.TarWriter``/``ShardWriter`` write (webda
 form one sample) under the key ``input.npy`` (the manifest ``column``); the manifest ``row`` is
 the sample's ordinal in the shard.  Decoded members: ``.npy`` (memory-mapped in an uncompressed
 shard), ``.pt``/``.pth`` (``weights_only``), ``.json``/``.jsn`` (numbers, lists of numbers, and
-the numeric fields of an object as ``<ext>.<field>``), the integers webdataset decodes (``.cls``,
+the numeric fields of an object as ``<ext>.<field>``), MessagePack (``.mp``, ``.msg``: as JSON),
+``.npz`` archives and webdataset's ``.ten`` tensors (``_tar_members``), the integers webdataset decodes (``.cls``,
 ``.cls2``, ``.index``, ``.inx``, ``.id``), other numeric text (``.label``, ``.target``, ...),
 text (``.txt``, ``.text``, ``.transcript``: UTF-8).  Image members (``.jpg``, ``.png``, ...) are
 fully decoded and audio members (``.wav``, ``.flac``, ...) decoded, under the schema's
@@ -40,6 +41,14 @@ from datacheck.findings import Finding
 from datacheck.formats import Chunk, Format, Opened, WorkUnit, memory_budget, mib
 from datacheck.formats._audio import AUDIO_EXTS, check_audio
 from datacheck.formats._image import IMAGE_EXTS, MAX_IMAGE_BYTES, DecodeError, check_image
+from datacheck.formats._tar_members import (
+    MSGPACK,
+    NPZ,
+    TENBIN,
+    msgpack_document,
+    npz_arrays,
+    tenbin_arrays,
+)
 from datacheck.formats._tensor_common import (
     MAX_MEMBER_BYTES,
     MAX_NPY_HEADER,
@@ -290,6 +299,16 @@ class _Shard:
             return sample_arrays(obj, self.columns, ext, self.budget)
         if last in ("json", "jsn"):
             return self._json(ext, self._bytes(m, MAX_TEXT_BYTES))
+        if last in MSGPACK:
+            return self._document(ext, msgpack_document(self._bytes(m, MAX_TEXT_BYTES)), "msgpack")
+        if last in NPZ:
+            arrays = npz_arrays(self._bytes(m, MAX_MEMBER_BYTES), self.budget)
+            self.columns.setdefault(ext, "npz")
+            return self._leaves(ext, arrays.items())
+        if last in TENBIN:
+            self.columns.setdefault(ext, "tenbin")
+            arrays = tenbin_arrays(self._bytes(m, MAX_MEMBER_BYTES))
+            return self._leaves(ext, ((str(i), a) for i, a in enumerate(arrays)))
         if last in INTEGERS:
             return self._found(ext, _integer(self._bytes(m, MAX_TEXT_BYTES)))
         if last in NUMERIC_TEXT:
@@ -393,12 +412,24 @@ class _Shard:
             doc = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise TensorFileError(f"invalid JSON: {exc}") from exc
+        return self._document(ext, doc, "json")
+
+    def _document(self, ext: str, doc: Any, kind: str) -> dict[str, np.ndarray]:
+        """A decoded document's numbers: the whole of it, or its top-level fields."""
         if not isinstance(doc, dict):
-            return self._found(ext, _as_numeric(doc), "json")
-        self.columns.setdefault(ext, "json")
+            return self._found(ext, _as_numeric(doc), kind)
+        self.columns.setdefault(ext, kind)
         out: dict[str, np.ndarray] = {}
         for field, value in doc.items():
-            out.update(self._found(f"{ext}.{field}", _as_numeric(value), "json"))
+            out.update(self._found(f"{ext}.{field}", _as_numeric(value), kind))
+        return out
+
+    def _leaves(self, ext: str, arrays: Any) -> dict[str, np.ndarray]:
+        """The numeric arrays of an archive member, as ``<ext>.<name>``."""
+        out: dict[str, np.ndarray] = {}
+        for name, arr in arrays:
+            if arr.dtype.kind in "iufcb":
+                out.update(self._found(f"{ext}.{name}", arr))
         return out
 
 
