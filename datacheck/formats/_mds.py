@@ -60,6 +60,14 @@ def _split(path: str) -> tuple[str, str]:
     return posixpath.split(path) if _storage.is_url(path) else os.path.split(path)
 
 
+MERGED_LEVELS = 4
+"""How many folders above a shard an ``index.json`` made by ``merge_index`` is looked for."""
+
+
+def _join(folder: str, name: str) -> str:
+    return posixpath.join(folder, name) if _storage.is_url(folder) else os.path.join(folder, name)
+
+
 def _read_index(path: str) -> Any:
     return _storage.json_document(path, MAX_INDEX_BYTES)
 
@@ -82,18 +90,28 @@ def is_mds_index(path: str) -> bool:
     folder, name = _split(path)
     if name != "index.json":
         return False
-    if not _storage.is_url(path):
-        return any(map(is_shard_name, os.listdir(folder or ".")))
+    if not _storage.is_url(path) and any(map(is_shard_name, os.listdir(folder or "."))):
+        return True
+    # streaming's merge_index: the entries name shards in folders below it (``p0/shard...``)
     return any(is_shard_name(n) for e in _entries(_read_index(path)) for n in _basenames(e))
 
 
 def mds_index_entry(shard_path: str) -> dict[str, Any] | None:
     """The ``index.json`` entry of a shard, found by its ``raw_data`` or (compressed)
-    ``zip_data`` basename (None when there is no index or no entry)."""
+    ``zip_data`` basename: in the index beside it, else in one up to
+    :data:`MERGED_LEVELS` folders above it that names it by its path from there (what
+    ``merge_index`` writes); None when no index names it."""
     folder, name = _split(shard_path)
-    index = posixpath.join(folder, "index.json") if _storage.is_url(folder) else None
-    doc = _read_index(index or os.path.join(folder, "index.json"))
-    return next((e for e in _entries(doc) if name in _basenames(e)), None)
+    for _ in range(MERGED_LEVELS + 1):
+        doc = _read_index(_join(folder, "index.json"))
+        entry = next((e for e in _entries(doc) if name in _basenames(e)), None)
+        if entry is not None or (doc is not None and name == _split(shard_path)[1]):
+            return entry
+        folder, up = _split(folder)
+        if not up:
+            return None
+        name = f"{up}/{name}"
+    return None
 
 
 def _check_hashes(mf: MappedFile, raw: Mapping[str, Any]) -> None:

@@ -5,7 +5,7 @@ checksum) lands in one column value.  Every value that streaming would fail to d
 ``corrupt`` at the sample's row (column: the column's name), with the reason:
 
 * scalars (``int``, ``int8`` ... ``uint64``, ``float16/32/64``) of the wrong byte count;
-* ``str`` not UTF-8; ``str_int``/``str_float``/``str_decimal`` not a number; ``json`` not JSON;
+* ``str`` not UTF-8; ``str_int``/``str_float``/``str_decimal`` not a number; ``json`` not JSON (its float numbers, at any depth, checked);
 * ``ndarray`` (any of its four layouts) whose dtype byte, shape header or value bytes do not
   add up; ``pil`` whose mode is not one or whose raw pixels are fewer than its size needs;
 * ``jpeg``/``png`` that do not fully decode (:func:`._image.check_image`, with the image rules);
@@ -86,11 +86,23 @@ def _number(parse: Callable[[str], Any], what: str) -> Callable[[bytes], np.ndar
 
 
 def _json(data: bytes) -> np.ndarray:
+    """The document's numbers, at any depth (``json.loads`` reads ``NaN``/``Infinity`` as
+    streaming's ``mds_decode`` does): what a loader hands on from the value."""
     try:
-        json.loads(_text(data))
+        doc = json.loads(_text(data))
     except (ValueError, RecursionError) as exc:
         raise _Bad(f"not JSON ({str(exc)[:60] or type(exc).__name__})") from None
-    return _NONE
+    numbers: list[float] = []
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            numbers.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return np.array(numbers, np.float64) if numbers else _NONE
 
 
 def _str(data: bytes) -> np.ndarray:

@@ -347,3 +347,55 @@ def test_hand_built_shard_without_a_config_block_still_reads(tmp_path: Path) -> 
     index["shards"][0] = entry
     (folder / "index.json").write_text(json.dumps(index))
     assert sites(scan(folder)) == {(*where(folder, 1), "score", "nan")}
+
+
+def test_json_values_are_checked_for_their_numbers(tmp_path: Path) -> None:
+    """A ``json`` column's NaN/Infinity, at any depth: json.loads (streaming's decode) reads
+    them as floats a loader hands on."""
+    docs = [{"loss": 0.5, "hist": [1.0, 2.0]} for _ in range(5)]
+    docs[1]["loss"], docs[3]["hist"][1] = float("nan"), float("-inf")
+    folder = write(
+        tmp_path / "mds",
+        None,
+        columns={"meta": "json", "id": "int"},
+        samples=[{"meta": d, "id": i} for i, d in enumerate(docs)],
+        size_limit=None,
+    )
+    assert sites(scan(folder)) == {
+        ("shard.00000.mds", 1, "meta", "nan"),
+        ("shard.00000.mds", 3, "meta", "inf"),
+    }
+    read = streaming_reads(folder, tmp_path)
+    assert np.isnan(read[1]["meta"]["loss"]) and np.isinf(read[3]["meta"]["hist"][1])
+
+
+@pytest.mark.parametrize("sub_indexes", [True, False], ids=["with-sub-indexes", "root-only"])
+def test_merged_index_over_subfolders_is_the_datasets_metadata(
+    sub_indexes: bool, tmp_path: Path
+) -> None:
+    """``streaming.base.util.merge_index`` writes a root ``index.json`` naming the shards of
+    sub-datasets by their paths (``p0/shard.00000.mds.zstd``): it is metadata (not JSON Lines
+    data), and a shard whose own folder has no index is read with the root's entry (its hashes
+    checked), as StreamingDataset reads the merged dataset."""
+    streaming_module()
+    from streaming.base.util import merge_index
+
+    root = tmp_path / "merged"
+    for k in range(2):  # two sub-datasets with their own labels (else their shards are copies)
+        part = [s | {"label": s["label"] + 100 * k} for s in samples(5 if k else None, None)]
+        write(root / f"p{k}", "zstd", ("sha1",), samples=part)
+    merge_index([str(root / f"p{k}" / "index.json") for k in range(2)], str(root), keep_local=True)
+    shard, row = where(root / "p1", 5)
+    if not sub_indexes:
+        for k in range(2):
+            (root / f"p{k}" / "index.json").unlink()
+    report = scan(root)
+    assert str(root / "index.json") in report.data["ignored"]
+    assert sites(report) == {(shard, row, "score", "nan")}
+    assert len(streaming_reads(root, tmp_path)) == 2 * N
+    if not sub_indexes:  # the root's hashes are the ones checked
+        victim = root / "p0" / "shard.00000.mds.zstd"
+        flip(victim, -3, 0x01)
+        files = entries(scan(root), root)
+        assert files["p0/shard.00000.mds.zstd"]["status"] == "corrupt"
+        assert "sha1" in files["p0/shard.00000.mds.zstd"]["error"]
