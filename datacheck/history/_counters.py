@@ -162,11 +162,21 @@ def _candidates(cols: Columns) -> list[str]:
         role = role_of(key)
         if role not in (None, "step"):
             continue  # named a loss, an LR, a scale ...: that is what it is
+        if _CLOCK & set(key.split("_")):
+            continue  # a clock rises line by line too: never the step counter
         named = role == "step" or key in cols.extra or is_positional(key)
         judged = cols.probing or key in cols.pending
         if named or (judged and counter_like(cols.cols[key])):
             out.append(key)
     return out
+
+
+_CLOCK = frozenset(
+    {"time", "eta", "elapsed", "duration", "remaining", "timestamp", "clock", "wall", "date"}
+    | {"sec", "secs", "seconds", "ms", "hours", "minutes", "s"}
+)
+"""Words of a clock's name (``elapsed 1847``, ``timestamp 1700000000``, ``time_ms``): a
+clock or an ETA rises (or falls) with the lines, but it is no counter."""
 
 
 def _combine(

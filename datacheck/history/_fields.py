@@ -42,6 +42,12 @@ _TWO_WORDS = (
 )
 """Keys of two words: the LR, the grad norm, the loss scale, and a loss with its qualifier
 (a GAN's ``D loss: 0.5 G loss: 1.2``, ``total loss 2.3``, ``Train loss 2.3``)."""
+_WRAP = (
+    r"(?:(?:np|numpy|jnp|torch)\.)?+(?:float|int|uint|bfloat)\d*+\(\s*+"
+    r"|(?:tensor|Array|array|DeviceArray)\(\s*+\[?+\s*+"
+)
+"""A value inside its type's repr: numpy 2's ``np.float32(2.31)`` (in printed dicts), torch's
+``tensor(2.31, device='cuda:0')`` / ``tensor([2.3100])``, JAX's ``Array(2.31, dtype=float32)``."""
 _SPAN = r"\s*+,?\s*+(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)(?![\w./-])"
 """A number followed by a unit of time is a duration, never a value of its key (mmcv's ``eta:
 6 days, 15:22:46``: ``str(datetime.timedelta(...))``)."""
@@ -63,7 +69,7 @@ iteration 5 is 2.3``), the non-finite numbers, and log levels (``[INFO] 0 step .
 _PAIR = re.compile(
     rf"(?:(?<![\w./-])|{_GLUED})(?<!=')(?<!=\")(?!{_NOT_KEYS}(?![\w./-]))"
     rf"({_QUAL}(?:{_TWO_WORDS}|[^\W\d][\w./-]*+))['\"\]]?+"
-    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:[\[(]\s*+|tensor\(|['\"])?+({NUM})(?!:\d|{_SPAN})"
+    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:{_WRAP}|[\[(]\s*+|['\"])?+({NUM})(?!:\d|{_SPAN})"
     rf"(?:\s*+/\s*+(\d++))?+",
     re.IGNORECASE,
 )
@@ -72,14 +78,18 @@ _PAIR = re.compile(
 repr (``lr=[9.6e-06, ..]``, ``loss=tensor(2.34, device='cuda:0')``) and followed by its total;
 a clock (``eta: 8:56:30``) is no value, and nothing inside a quoted string value is a key
 (``device='cuda:0'``)."""
-_NUM_AT = re.compile(rf"\s*+[\[(]?+['\"]?+\s*+({NUM})(?!:\d)(?:\s*+/\s*+(\d++))?+", re.IGNORECASE)
+_NUM_AT = re.compile(
+    rf"\s*+(?:{_WRAP})?+[\[(]?+['\"]?+\s*+({NUM})(?!:\d)(?:\s*+/\s*+(\d++))?+", re.IGNORECASE
+)
 _WORD = re.compile(r"\(?+[^\W\d][\w./()-]*+(?<!\.)")
 """A word of a key of several words (``lm``, ``loss``, ``(ms)``, ``(curr)``; not one ending a
 sentence)."""
 _LEVELS = frozenset({"INFO", "DEBUG", "WARNING", "WARN", "ERROR", "CRITICAL", "TRACE"})
 _PROSE = frozenset({"is", "was", "at", "or", "and", "became", "if", "when", "then"})
 """Words of a sentence, never of a key (``Loss became infinite or NaN at iteration=2137``)."""
-_QUOTED_PAIR = re.compile(rf"['\"]([A-Za-z_][^'\"]*+)['\"]\s*+:\s*+'?({NUM})", re.IGNORECASE)
+_QUOTED_PAIR = re.compile(
+    rf"['\"]([A-Za-z_][^'\"]*+)['\"]\s*+:\s*+(?:{_WRAP})?+'?({NUM})", re.IGNORECASE
+)
 _SEGMENTS = re.compile(r"\s[|,]\s?|,\s|\t|\.\s(?=[A-Z])")
 _BARE = re.compile(r"[\[(]\s*+(\d++)(?:\s*+/\s*+(\d++))?+(?=\s*+[\])]|\s++\()")
 """A counter bare in brackets: ``[1000]``, ``(7000/293491)``, ``[ 100/1251 ( 8%)]``."""

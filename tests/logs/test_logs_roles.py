@@ -542,3 +542,41 @@ def test_xgboost_rmse_is_the_objective(tmp_path, scenario):
     tl, code = _timeline(tmp_path, text)
     _expect(tl, code, scenario, 40)
     assert (tl["keys"]["loss"], tl["keys"]["eval_loss"]) == ("train_rmse", "eval_rmse")
+
+
+def test_numpy_scalars_in_a_printed_dict(tmp_path):
+    """numpy 2 writes a scalar's repr with its type (``np.float32(2.31)``), so a loop's
+    ``print({"loss": loss, "step": step})`` of numpy values is no Python literal: each value is
+    still read (written here by numpy itself)."""
+    import numpy as np
+
+    run = _runs()["nan"]
+    text = "".join(
+        str({"loss": np.float32(v), "grad_norm": np.float64(g), "step": s}) + "\n"
+        for s, v, g, _ in _rows(run)
+    )
+    assert "np.float32(" in text
+    tl, code = _timeline(tmp_path, text)
+    _expect(tl, code, "nan", NAN_AT)
+    assert (tl["keys"]["step"], tl["keys"]["loss"]) == ("step", "loss")
+
+
+def test_a_one_element_tensor_after_its_key(tmp_path):
+    """``print(f"step {i} loss={loss}")`` of a shape-[1] tensor: torch writes ``tensor([2.3100])``."""
+    run = _runs()["nan"]
+    text = "".join(f"step {s} loss={torch.tensor([v])}\n" for s, v, _, _ in _rows(run))
+    assert "tensor([" in text
+    tl, code = _timeline(tmp_path, text)
+    _expect(tl, code, "nan", NAN_AT)
+
+
+@pytest.mark.parametrize("clock", ["elapsed", "timestamp", "time_s"])
+def test_a_clock_is_no_counter(tmp_path, clock):
+    """The rule, on a loop printing its epoch and a clock in whole seconds on every line: the
+    clock rises finer than the epoch, but it counts time, not steps; the epoch is the counter."""
+    lines = []
+    for k in range(150):
+        epoch, loss = k // 50 + 1, "nan" if k == 120 else f"{2.3 - k / 1000:.4f}"
+        lines.append(f"epoch {epoch} {clock} {1700000000 + 7 * k} loss {loss}")
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "epoch", 3)
