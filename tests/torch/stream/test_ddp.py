@@ -90,7 +90,8 @@ def _launch(kind: str, data: Path, out: Path) -> list[dict]:
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False
     )
-    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-6000:])
+    errors = [line for line in proc.stderr.splitlines() if "Error" in line or "error:" in line]
+    assert proc.returncode == 0, ("\n".join(errors[:20]), proc.stderr[-3000:])
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
