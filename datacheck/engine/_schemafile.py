@@ -101,6 +101,9 @@ def file_findings(
             if spec.required and not spec.fill and name not in partition_columns:
                 msg = "column missing" + _in_the_file(name, columns, schema.columns)
                 out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
+            elif spec.fill and schema.fills(columns) and not _added_as(spec):
+                msg = f"added as {spec.own_dtype} (add_missing_columns), schema says {spec.dtype}"
+                out.append(fnd.Finding(path, "schema", ERR, msg, column=name))
             continue
         out += _dtype_finding(path, name, types.get(name), spec, run.text)
     out += _index_findings(run, types)
@@ -185,6 +188,17 @@ def _index_findings(run: SchemaRun, types: dict[str, Any]) -> list[fnd.Finding]:
             msg = f"index level missing: the file stores {stored} index level(s)"
             out.append(fnd.Finding(path, "schema", ERR, msg, column=spec.name))
     return out
+
+
+def _added_as(spec: ColumnSpec) -> bool:
+    """pandera builds a column it adds in the column's own dtype, then checks the schema's
+    (a schema-level ``dtype`` differs: a mismatch, unless it casts)."""
+    if spec.coerce or spec.target is None or spec.own_dtype is None:
+        return True
+    try:
+        return bool(spec.target.check(spec.own_dtype))
+    except (TypeError, ValueError):
+        return True
 
 
 def _dtype_finding(

@@ -630,6 +630,9 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
                 return bool([s for s in _in_column(ours, col, check="schema") if s.row is not None])
             return ex.value(col, site.row) is None  # a null stays null
         if site.row is not None:
+            v = ex.value(col, site.row)  # NaN or Inf into an integer: pandera drops NaN
+            if (_is_nan(v) or _is_inf(v)) and _integer_target(ex, col):  # from its failures
+                return True
             return _pandera_cast_changes(ex, col, site.row) or bool(
                 _in_column(theirs, col, {"coerce"})
             )
@@ -651,6 +654,13 @@ def _coerce(ex: Example, theirs: Answer, ours: Answer, site: Site, side: str) ->
     if side == "datacheck" and "check_error" in raised and _in_column(ours, col, check="schema"):
         return True  # the check raised on what pandera's cast made; the scan's ran on its own
     return site.row is not None and Site(col, "schema", site.row) in ours.sites
+
+
+def _integer_target(ex: Example, col: str | None) -> bool:
+    dtypes = [c.dtype for c in _columns(ex, col) if c.dtype is not None]
+    if ex.schema.dtype is not None:
+        dtypes = [ex.schema.dtype]
+    return any(re.match(r"^u?int|^bool", str(d), re.IGNORECASE) for d in dtypes)
 
 
 def _holds_null(ex: Example) -> bool:

@@ -161,3 +161,13 @@ def test_an_empty_index_level_of_objects_is_not_text(tmp_path: Path) -> None:
     theirs, ours = _run_indexed(tmp_path, schema, frame)
     assert theirs == {("Index", "dtype('string[pyarrow]')")}
     assert ours == {("k", "schema")}
+
+
+def test_a_column_added_in_its_own_dtype_fails_a_schema_level_dtype(tmp_path: Path) -> None:
+    """pandera builds an added column in the column's own dtype, then checks the schema's."""
+    schema = pa_.DataFrameSchema(
+        {"c": C("float32", nullable=True)}, dtype="Float64", add_missing_columns=True
+    )
+    theirs, ours = _run(tmp_path, schema, pa.table({"z": [1.0]}))
+    assert theirs == {("c", "dtype('Float64')", None)}
+    assert ours == {("c", "schema", None)}
