@@ -110,7 +110,7 @@ def _native(check: Any, where: str, sev: Severity, masked: bool = False) -> Any:
     if name in ("isin", "notin", "equal_to", "not_equal_to"):
         key = {"isin": "allowed_values", "notin": "forbidden_values"}.get(name, "value")
         raw: Any = stats.get(key)
-        values = list(raw or ()) if name in ("isin", "notin") else [raw]
+        values = ([] if raw is None else list(raw)) if name in ("isin", "notin") else [raw]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             return None
         negate = name in ("notin", "not_equal_to")

@@ -875,7 +875,17 @@ def check_generated(gen: Any, folder: Path, cli: bool = False) -> Outcome:
             text = None
         if text is not None:
             (folder / "schema.yaml").write_text(text)
-            spec, schema = folder / "schema.yaml", pa_.DataFrameSchema.from_yaml(text)
+            spec = folder / "schema.yaml"
+            try:
+                schema = pa_.DataFrameSchema.from_yaml(text)
+            except Exception as exc:  # noqa: BLE001 - pandera cannot read its own YAML
+                try:
+                    datacheck_answer(spec, path, folder / "out", set())
+                except Refused:  # nor can datacheck: one line
+                    return Outcome("no_oracle", [f"pandera from_yaml: {exc}"[:300]])
+                return Outcome(
+                    "disagree", [f"pandera cannot read its YAML ({exc}); datacheck ran it"]
+                )
         elif cli:
             return Outcome("no_oracle", ["no YAML for this schema"])
     frame = read(path)

@@ -171,3 +171,28 @@ def test_a_column_added_in_its_own_dtype_fails_a_schema_level_dtype(tmp_path: Pa
     theirs, ours = _run(tmp_path, schema, pa.table({"z": [1.0]}))
     assert theirs == {("c", "dtype('Float64')", None)}
     assert ours == {("c", "schema", None)}
+
+
+def test_notin_on_datetimes_from_yaml_runs(tmp_path: Path) -> None:
+    """pandera's ``from_yaml`` gives a datetime ``notin`` its values as a DatetimeIndex,
+    whose truth value pandas refuses (was an exit 3)."""
+    import subprocess
+    import sys
+
+    schema = pa_.DataFrameSchema({"t": C("datetime64[ns]", [Chk.notin([]), Chk.le(0)])})
+    (tmp_path / "s.yaml").write_text(schema.to_yaml())
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"t": pa.array(pd.to_datetime(["2020-01-01", "2021-01-01"]))}), path)
+    cmd = [
+        sys.executable,
+        "-m",
+        "datacheck",
+        "scan",
+        str(path),
+        "--schema",
+        str(tmp_path / "s.yaml"),
+    ]
+    res = subprocess.run([*cmd, "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert res.returncode == 1, res.stderr
+    f = datacheck.load_report(tmp_path / "o").findings
+    assert list(zip(f.column, f.check, f.row.isna(), strict=True)) == [("t", "out_of_range", True)]
