@@ -327,7 +327,7 @@ def as_model(schema: Any) -> type | None:
     ns: dict[str, Any] = {}
     for i, (key, col) in enumerate(schema.columns.items()):
         if col.dtype is None or col.default is not None or col.report_duplicates != "all":
-            return None
+            return None  # Field has no report_duplicates (nor does Config)
         attr = f"col{i}"
         kwargs: dict[str, Any] = {}
         for chk in col.checks:
@@ -354,6 +354,8 @@ def as_model(schema: Any) -> type | None:
         )
     if schema.index is not None or any(c.name != "row_nulls_le_0" for c in schema.checks):
         return None
+    if schema.unique and schema.report_duplicates != "all":
+        return None
     if schema.checks:
         fn = classmethod(lambda cls, df: df.isna().sum(axis=1) <= 0)
         ns["frame"] = pa_.dataframe_check(name="row_nulls_le_0")(fn)
@@ -362,11 +364,14 @@ def as_model(schema: Any) -> type | None:
         for k in ("strict", "ordered", "coerce", "unique", "add_missing_columns", "dtype")
         if getattr(schema, k)
     }
-    config["report_duplicates"] = schema.report_duplicates
     config["drop_invalid_rows"] = schema.drop_invalid_rows
     ns["__annotations__"] = notes
     ns["Config"] = type("Config", (), config)
-    return type("Generated", (pa_.DataFrameModel,), ns)
+    _MODELS.append(None)  # pandera caches a model's schema by its class name: one name each
+    return type(f"Generated{len(_MODELS)}", (pa_.DataFrameModel,), ns)
+
+
+_MODELS: list[None] = []
 
 
 def describe(schema: Any) -> str:
@@ -449,6 +454,9 @@ def long_run(examples: int, seed: int, cli: bool = False) -> dict[str, Any]:
                     "types": str(gen.table.schema).replace("\n", "; "),
                     "fmt": gen.fmt,
                     "index": None if gen.index is None else repr(gen.index),
+                    "model": isinstance(gen.schema, type),
+                    "yaml": gen.yaml,
+                    "row_group_size": gen.row_group_size,
                     "problems": out.problems,
                 }
             )
