@@ -17,7 +17,8 @@ other columns than ``index.json``, is a warning (streaming reads the samples reg
 shard without ``index.json`` is read with the columns its config names.  Every column value is
 then read as streaming would decode it (:mod:`._mds_values`): one that would not decode is
 ``corrupt`` at the sample's row, float values are checked for NaN/Inf, images fully decoded;
-``pkl`` values are parsed, never unpickled.  Compressed shards (``.mds.zstd``, ``.mds.gz``, ...)
+``pkl`` values are parsed, never unpickled.  The fixed-size numeric columns are handed on as
+the chunk's tensors instead (every check and the ``tensors:`` schema read them).  Compressed shards (``.mds.zstd``, ``.mds.gz``, ...)
 and shards on object stores are first copied (decompressed) into a temporary file, bounded and
 hash-checked (:mod:`._mds_zip`).
 """
@@ -241,22 +242,64 @@ class _Columns:
         return out
 
 
+def _scalar_columns(cols: _Columns) -> dict[int, np.dtype]:
+    """The fixed-size numeric columns (``int``, ``float32``, ...): handed on as tensors, so
+    every check (``extreme``, a schema's value checks) reads them as in any other format."""
+    out = {}
+    for i, (enc, size) in enumerate(zip(cols.encodings, cols.sizes, strict=True)):
+        if enc in SCALARS and size == np.dtype(SCALARS[enc]).itemsize:
+            out[i] = np.dtype(SCALARS[enc])
+    return out
+
+
+class _Run:
+    """Consecutive samples' scalar values, gathered as bytes and stacked into one chunk."""
+
+    def __init__(self, cols: _Columns, scalars: dict[int, np.dtype]) -> None:
+        self.cols, self.scalars = cols, scalars
+        self.start, self.counted, self.rows = 0, 0, 0
+        self.parts: dict[int, list[bytes]] = {i: [] for i in scalars}
+
+    def add(self, row: int, values: list[bytes]) -> None:
+        if not self.rows:
+            self.start = row
+        for i in self.scalars:
+            self.parts[i].append(values[i])
+        self.rows += 1
+
+    def flush(self, end: int, found: list[Finding]) -> SampleChunk:
+        """The chunk of the run, accounting for the samples up to ``end``."""
+        tensors = {
+            self.cols.names[i]: np.frombuffer(b"".join(self.parts[i]), dtype)
+            for i, dtype in self.scalars.items()
+        }
+        start = self.start if self.rows else self.counted
+        chunk = SampleChunk(
+            row_offset=start, tensors=tensors, samples=end - self.counted, findings=found
+        )
+        self.counted, self.rows = end, 0
+        self.parts = {i: [] for i in self.scalars}
+        return chunk
+
+
 def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChunk]:
     mf, offsets, cols = shard.mf, shard.offsets, shard.cols
     n = len(offsets) - 1
+    scalars = _scalar_columns(cols) if cols else {}
     checks = (
         [
             (i, c)
             for i, (e, size) in enumerate(zip(cols.encodings, cols.sizes, strict=True))
-            if (c := value_check(e, rules, size))
+            if i not in scalars and (c := value_check(e, rules, size))
         ]
         if cols
         else []
     )
     found: list[Finding] = list(shard.findings)
+    run = _Run(cols, scalars) if cols else None
     for lo in range(0, max(n, 1), SAMPLES_PER_CHUNK):
         hi = min(n, lo + SAMPLES_PER_CHUNK)
-        if cols is None:  # no columns named anywhere: the offsets are all there is to check
+        if cols is None or run is None:  # no columns named anywhere: only the offsets to check
             yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
             found = []
             continue
@@ -266,10 +309,13 @@ def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChun
                 values = cols.split(sample)
             except ValueError as exc:
                 found.append(Finding(path, "corrupt", Severity.ERROR, str(exc), None, row))
+                if run.rows:  # the run stops before the sample that does not split
+                    yield run.flush(row, [])
                 continue
+            run.add(row, values)
             for i, check in checks:
                 found += check(path, row, cols.names[i], values[i])
-        yield SampleChunk(row_offset=lo, tensors={}, samples=hi - lo, findings=found)
+        yield run.flush(hi, found)
         found = []
 
 

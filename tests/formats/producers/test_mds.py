@@ -399,3 +399,29 @@ def test_merged_index_over_subfolders_is_the_datasets_metadata(
         files = entries(scan(root), root)
         assert files["p0/shard.00000.mds.zstd"]["status"] == "corrupt"
         assert "sha1" in files["p0/shard.00000.mds.zstd"]["error"]
+
+
+def test_scalar_columns_reach_every_check_and_the_tensor_schema(tmp_path: Path) -> None:
+    """Fixed-size numeric columns are handed on as tensors: beyond NaN/Inf, a float16
+    overflow (``extreme``) and the ``tensors:`` schema's rules (``range``) are checked on them
+    as on any other format's values; a sample whose sizes do not add up keeps the rows after
+    it in their places."""
+    columns = {"loss": "float64", "label": "int", "name": "str"}
+    rows = [{"loss": 0.5, "label": i % 3, "name": f"s{i}"} for i in range(9)]
+    rows[2]["loss"], rows[6]["label"], rows[7]["loss"] = 1e30, 9, float("nan")
+    folder = write(tmp_path / "mds", None, columns=columns, samples=rows, size_limit=None)
+    schema = tmp_path / "s.yaml"
+    schema.write_text("tensors:\n  keys:\n    label: {range: [0, 2]}\n")
+    shard = "shard.00000.mds"
+    expected = {
+        (shard, 2, "loss", "extreme"),
+        (shard, 6, "label", "out_of_range"),
+        (shard, 7, "loss", "nan"),
+    }
+    assert sites(scan(folder, schema=str(schema))) == expected
+    read = streaming_reads(folder, tmp_path)  # the oracle hands on the same values
+    assert read[2]["loss"] == 1e30 and read[6]["label"] == 9 and np.isnan(read[7]["loss"])
+    at = mds_sample_span((folder / shard).read_bytes(), 4)[0]  # sample 4: its size header
+    flip(folder / shard, at + 1, 0x01)
+    found = sites(scan(folder, schema=str(schema)))
+    assert found == expected | {(shard, 4, None, "corrupt")}
