@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from datacheck.torch._identity import SampleKey, as_sample_keys, json_key
+from datacheck.torch._identity import SampleKey, as_sample_keys
 
 __all__ = ["SameBatch"]
 
@@ -46,7 +46,7 @@ class SameBatch:
             return False
         same = False
         if indices is not None:
-            keys = tuple(json_key(k) for k in as_sample_keys(indices))
+            keys = tuple(as_sample_keys(indices))
             names = hash(keys) if len(keys) >= 2 else None
             same = names is not None and names == self._names
             self._names = names

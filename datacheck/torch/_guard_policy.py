@@ -306,6 +306,10 @@ class Policy:
             self.since_warning = 0
             return
         if self.fallback or self.data_verdict or not exc.persists:
+            exc.fresh_from = None
+            return
+        if exc.fresh_from is not None:
+            self._fresh(plan, exc)
             return
         n = len(exc.losses)
         sharp = exc.run >= exc.need and (
@@ -322,6 +326,21 @@ class Policy:
                 return
             if falling(exc.losses[-max(4, n // 2) :]) and not overdue:
                 return  # coming down: wait
+        exc.fresh_from = len(exc.losses)
+
+    def _fresh(self, plan: Plan, exc: Excursion) -> None:
+        """Before a probe, the live weights' own losses on the next ``probe_steps`` batches
+        (stepped, as skip-and-clip steps them): the snapshot is then compared with the live
+        weights on batches of the same time, never with the batches that spiked (a streak of
+        bad batches says nothing about the weights).  Still above the bar: probe."""
+        assert exc.fresh_from is not None
+        fresh = exc.losses[exc.fresh_from :]
+        if len(fresh) < self.cfg.probe_steps:
+            return
+        exc.fresh_from = None
+        if statistics.median(fresh) < exc.threshold:
+            return  # the live weights do well on fresh batches: the batches were to blame
+        exc.live = statistics.median(fresh)
         plan.escalate = "probe"
 
     def _learned(self, plan: Plan, why: str) -> None:
@@ -359,7 +378,9 @@ class Policy:
         exc = self.excursion
         recent = [v for v in (exc.losses if exc is not None else []) if math.isfinite(v)]
         threshold = exc.threshold if exc is not None else self.loss.threshold
-        live = statistics.median(recent[-self.cfg.patience :]) if recent else None
+        live = exc.live if exc is not None and exc.live is not None else None
+        if live is None and recent:
+            live = statistics.median(recent[-self.cfg.patience :])
         incident = self.incident if self.incident is not None else to_step
         self.probe = Probe(
             kind, to_step, incident, threshold, live, self.cfg.probe_steps, recent=recent

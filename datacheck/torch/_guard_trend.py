@@ -73,6 +73,10 @@ class Excursion:
     """Readings in a row above that make a sharp rise no chance (:func:`chance_streak`)."""
     drift: bool = False
     """Opened by a slow rise of the level (no spike), from the run's best level."""
+    fresh_from: int | None = None
+    """Where the live weights' check on fresh batches began (an index into ``losses``)."""
+    live: float | None = None
+    """The live weights' median loss on those fresh batches (the probe compares with it)."""
 
     def add(self, loss: float) -> None:
         self.losses.append(loss)

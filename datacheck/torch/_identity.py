@@ -61,6 +61,9 @@ def as_sample_keys(values: Any) -> list[SampleKey]:
     """:func:`as_sample_key` of each value (a 1-d integer tensor or array is a list of indices)."""
     if isinstance(values, torch.Tensor | np.ndarray):
         values = values.reshape(-1).tolist()
+    values = list(values)
+    if all(type(v) is int or type(v) is str for v in values):  # the common case: as they are
+        return values
     return [as_sample_key(v) for v in values]
 
 

@@ -361,8 +361,10 @@ def test_non_finite_weights_are_rolled_back_at_once():
 
 
 def test_rollback_from_disk_restores_the_snapshot(tmp_path):
-    """A sharp loss rise: the guard probes the step-20 snapshot (read from disk) on the next
-    batches; it does clearly better, so the rollback stands."""
+    """Divergence from step 24 (the loss x1000 on the live weights until they are replaced):
+    two sharp spikes, then the live weights' losses on 3 fresh batches are still high, so the
+    guard probes the step-20 snapshot (read from disk) on the next batches; it does clearly
+    better, so the rollback stands."""
     x, y, model = _regression()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     ckpt = tmp_path / "ckpt"
@@ -374,56 +376,65 @@ def test_rollback_from_disk_restores_the_snapshot(tmp_path):
         checkpoint_dir=str(ckpt),
         skip_after_rollback=3,
     )
-    for step, (_, xb, yb) in enumerate(_batches(x, y, 32)):
-        loss = F.mse_loss(model(xb), yb) * (1000.0 if step in (24, 25) else 1.0)
+    replaced = False
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 36)):
+        diverged = step >= 24 and not replaced
+        loss = F.mse_loss(model(xb), yb) * (1000.0 if diverged else 1.0)
         loss.backward()
         result = guard.step(loss)
         opt.zero_grad(set_to_none=True)
-        if step == 25:
+        replaced = replaced or "probe" in result.events
+        if step in (25, 26, 27):  # the fresh batches on the live weights: stepped
+            assert result.action.stepped and "probe" not in result.events
+        if step == 28:
             assert result.action is Action.ROLLBACK and "probe" in result.events
             saved = torch.load(ckpt / "guard-step20.pt", weights_only=True)
             for name, value in model.state_dict().items():
                 assert torch.equal(value, saved["model"][name])
             assert opt.state_dict()["state"][0]["step"] == 20
-        if step in (26, 27):
+        if step in (29, 30):
             assert result.action is Action.SKIP and not result.events  # the probe's batches
-        if step == 28:
+        if step == 31:
             assert result.action is Action.ROLLBACK and result.events == ("rollback",)
             assert guard.lr == pytest.approx(1e-2)  # a first rollback: no LR cut
-        if step in (29, 30, 31):
+        if step in (32, 33, 34):
             assert result.action is Action.SKIP and result.events == ("data_skip",)
     assert sorted(p.name for p in ckpt.iterdir()) == ["guard-step15.pt", "guard-step20.pt"]
 
 
-def _spiky_run(spikes, steps, **options):
-    """A regression whose loss is x1000 at the ``spikes`` steps (the LR made it diverge)."""
+def _diverging_run(starts, steps, **options):
+    """A regression that diverges at each of ``starts`` (the loss x1000 on the live weights,
+    as when the LR made them blow up) until the guard replaces the weights with a snapshot."""
     x, y, model = _regression()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     guard = TrainingGuard(model, opt, scheduler=sched, **options)
-    results = []
+    results, diverged = [], False
     for step, (_, xb, yb) in enumerate(_batches(x, y, steps)):
-        loss = F.mse_loss(model(xb), yb) * (1000.0 if step in spikes else 1.0)
+        diverged = diverged or step in starts
+        loss = F.mse_loss(model(xb), yb) * (1000.0 if diverged else 1.0)
         loss.backward()
         results.append(guard.step(loss))
+        diverged = diverged and "probe" not in results[-1].events
         sched.step()
         opt.zero_grad()
     return guard, results
 
 
 def test_lr_is_cut_only_on_repeated_confirmed_divergence_and_restored_after_stable_steps():
-    # spikes at 20-21 probe at 21 (rollback_after=2); the series has spiked since, so a second
-    # streak needs 3 in a row to be no chance (probe at 32)
-    guard, results = _spiky_run(
-        {20, 21, 30, 31, 32}, 44, rollback_after=2, lr_restore_after=5, checkpoint_every=5
+    # divergence at 20: sharp at 21 (rollback_after=2), still high on 3 fresh batches: probe at
+    # 24, rollback at 27; again at 32 (the series has spiked 5 times since: 4 in a row make no
+    # chance, then 3 fresh): probe at 38, rollback and an LR cut at 41, restored 5 steps later
+    guard, results = _diverging_run(
+        {20, 32}, 52, rollback_after=2, lr_restore_after=5, checkpoint_every=5
     )
     kinds = [r.events for r in results]
-    assert "probe" in kinds[21] and "probe" in kinds[32]
-    assert "rollback" in kinds[24] and "lr_reduced" not in kinds[24]  # the first: no cut
-    assert "rollback" in kinds[35] and "lr_reduced" in kinds[35]  # again soon after: a cut
+    assert [i for i, k in enumerate(kinds) if "probe" in k] == [24, 38]
+    assert "rollback" in kinds[27] and "lr_reduced" not in kinds[27]  # the first: no cut
+    assert "rollback" in kinds[41] and "lr_reduced" in kinds[41]  # again soon after: a cut
     lrs = [r.lr for r in results]
-    assert lrs[36] == pytest.approx(0.0125) and lrs[-1] == pytest.approx(0.05)
-    assert [r.step for r in results if "lr_restored" in r.events] == [40]
+    assert lrs[42] == pytest.approx(0.0125) and lrs[-1] == pytest.approx(0.05)
+    assert [r.step for r in results if "lr_restored" in r.events] == [46]
 
 
 def test_samples_behind_a_nan_are_named(tmp_path):
@@ -553,21 +564,24 @@ def test_rollback_restores_the_scaler_but_the_schedule_goes_on(tmp_path):
         rollback_after=2,
         checkpoint_dir=str(tmp_path),
     )
-    for step, (_, xb, yb) in enumerate(_batches(x, y, 17)):
-        loss = F.mse_loss(model(xb), yb) * (1000.0 if step in (12, 13) else 1.0)
+    replaced = False
+    for step, (_, xb, yb) in enumerate(_batches(x, y, 20)):
+        diverged = step >= 12 and not replaced  # until the snapshot replaces the live weights
+        loss = F.mse_loss(model(xb), yb) * (1000.0 if diverged else 1.0)
         scaler.scale(loss).backward()
         result = guard.step(loss)
         sched.step()
         opt.zero_grad()
-        if step == 13:
+        replaced = replaced or "probe" in result.events
+        if step == 16:  # sharp at 13, still high on 3 fresh batches (14-16)
             assert result.action is Action.ROLLBACK and "probe" in result.events
     assert result.action is Action.ROLLBACK and result.events == ("rollback",)
     # the candidate of step 12 was never confirmed (steps 12 and 13 were bad): back to step 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["guard-step6.pt", "guard-step9.pt"]
     saved = torch.load(tmp_path / "guard-step9.pt", weights_only=True)
-    assert sched.last_epoch == 17  # the data and the schedule go on: not rewound
+    assert sched.last_epoch == 20  # the data and the schedule go on: not rewound
     assert saved["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.9)
-    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**3)
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.9**4)
     assert scaler.get_scale() == saved["scaler"]["scale"]
 
 

@@ -243,3 +243,27 @@ def test_a_slow_rise_of_the_level_is_a_drift_and_rolled_back(tmp_path):
     first = next(e for e in events if e["kind"] == "rollback")
     assert first["step"] > drift["step"] and first["to_step"] <= drift["best_step"]
     assert guarded < 0.7 * clipped
+
+
+def test_a_streak_of_bad_batches_is_not_blamed_on_the_weights(tmp_path):
+    """Three all-zero batches in a row (a loader bug; each is a sharp spike) and normal batches
+    after: the live weights do as well as ever on the fresh batches, so nothing is rolled back.
+    Before, the snapshot's losses on the fresh batches were compared with the live weights'
+    losses on the zero batches, and the rollback "helped" (the digits suite lost 10-13 %)."""
+    x, y = _classes()
+    model = _mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    log = tmp_path / "g.jsonl"
+    guard = TrainingGuard(model, opt, log=str(log), checkpoint_every=10)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(200):
+        idx = torch.randint(0, len(x), (32,), generator=gen)
+        xb = x[idx] * 0 if 120 <= step < 123 else x[idx]
+        per_sample = F.cross_entropy(model(xb), y[idx], reduction="none")
+        per_sample.mean().backward()
+        guard.step(per_sample.mean(), indices=idx.tolist(), sample_losses=per_sample.detach())
+        opt.zero_grad(set_to_none=True)
+    guard.close()
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert kinds.count("loss_spike") >= 3
+    assert not {"probe", "rollback", "lr_reduced", "stop", "fallback"} & set(kinds)
