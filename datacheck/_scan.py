@@ -40,6 +40,7 @@ from datacheck.formats import (
     ensure_registered,
     estimated_work,
     format_modules,
+    get_format,
     main_formats,
 )
 from datacheck.profile._drift import needs_profile, profile_findings
@@ -283,6 +284,23 @@ def _local(path: str) -> str:
     return path if _storage.is_url(path) else os.path.abspath(path)
 
 
+def _columns_apply(compiled: CompiledSchema | None, units: Sequence[Any]) -> None:
+    """Refuse a schema whose ``columns:`` would check nothing: every input is a tensor or
+    media file (they take a ``tensors:`` section), so none of the user's checks would run."""
+    if compiled is None or not compiled.columns or compiled.tensors is not None or not units:
+        return
+    if any(get_format(u.format).tabular for u in units):
+        return
+    names = ", ".join(list(compiled.columns)[:3]) + (", ..." if len(compiled.columns) > 3 else "")
+    first = units[0]
+    raise UsageError(
+        f"the schema's columns: ({names}) check tables, and every input is a tensor or media "
+        f"file ({first.path!r} is {first.format}): none of these checks would run; write them "
+        "under a tensors: section (docs/how-to/tensors.md), or scan without --schema for the "
+        "default checks"
+    )
+
+
 def _schema_setting(schema: Any, compiled: CompiledSchema | None) -> str | None:
     """What report.json records as the schema: an absolute path for a file, else its source."""
     if isinstance(schema, (str, Path)) and os.path.isfile(schema):
@@ -337,6 +355,7 @@ def scan(
         files, 1 << 62 if compiled is not None and compiled.whole_file else config.unit_bytes
     )
     check_requirements(units)  # a missing decoder is the install, not the data
+    _columns_apply(compiled, units)
     keepalive = None
     if out is None:
         keepalive = tempfile.TemporaryDirectory(prefix="datacheck-")

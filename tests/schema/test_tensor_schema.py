@@ -323,3 +323,19 @@ def test_tensor_only_schema_via_cli(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "unknown rule 'rang' (did you mean 'range'?)" in proc.stderr
+
+
+def test_a_columns_schema_on_tensor_files_only_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Its checks would run nowhere (tensor files take a tensors: section): a usage error,
+    not a scan that passes without them; beside a table, the table takes them."""
+    np.save(tmp_path / "x.npy", np.array([[1.0, 2.0], [3.0, 50.0]]))
+    schema = tmp_path / "s.yaml"
+    schema.write_text("columns:\n  a:\n    dtype: float64\n    checks:\n      le: 10\n")
+    with pytest.raises(datacheck.UsageError, match=r"columns: \(a\) check tables.*x\.npy"):
+        datacheck.scan(tmp_path / "x.npy", schema=str(schema), out=tmp_path / "o")
+    pq.write_table(pa.table({"a": [1.0, 50.0]}), tmp_path / "t.parquet")
+    report = datacheck.scan(tmp_path, schema=str(schema), out=tmp_path / "o2")
+    assert {
+        (Path(p).name, c)
+        for p, c in zip(report.findings["path"], report.findings["check"], strict=True)
+    } == {("t.parquet", "out_of_range")}
