@@ -256,7 +256,11 @@ def choose_counter(cols: Columns, data: NDArray[np.bool_]) -> Counter | None:
         return _named_only(cols, data)
     finest = max(s.distinct for _, s in options)
     near = [(c, s) for c, s in options if s.distinct >= _TIE * finest]
-    best, bs = min(near, key=lambda cs: (counter_rank(cs[0].fine), cs[1].falls, cs[0].key))
+    on_rows = {c.fine: _on_data_rows(cols, c.fine, data) for c, _ in near}
+    best, bs = min(  # a counter on the readings' own lines before one carried from other lines
+        near,
+        key=lambda cs: (counter_rank(cs[0].fine), -on_rows[cs[0].fine], cs[1].falls, cs[0].key),
+    )
     if best.reason:
         return best
     others = sorted(
@@ -273,6 +277,14 @@ def choose_counter(cols: Columns, data: NDArray[np.bool_]) -> Counter | None:
     elif others:
         why += "; also rising: " + ", ".join(others)
     return Counter(best.key, None, best.key, reason=why)
+
+
+def _on_data_rows(cols: Columns, key: str, data: NDArray[np.bool_]) -> int:
+    """Data rows on which ``key`` itself has a value (not carried from a line before)."""
+    col = cols.cols.get(key)
+    if col is None or not len(col):
+        return 0
+    return int(((np.frombuffer(col, np.float64) != MISSING) & data).sum())
 
 
 def _named_only(cols: Columns, data: NDArray[np.bool_]) -> Counter | None:

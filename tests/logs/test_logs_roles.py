@@ -580,3 +580,21 @@ def test_a_clock_is_no_counter(tmp_path, clock):
         lines.append(f"epoch {epoch} {clock} {1700000000 + 7 * k} loss {loss}")
     tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
     assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "epoch", 3)
+
+
+def test_the_counter_on_the_readings_own_lines(tmp_path):
+    """NVIDIA/DeepLearningExamples@042e8724f0 PyTorch/LanguageModeling/BERT/run_pretraining.py
+    logs ``dllogger.log(step="PARAMETER", data={"checkpoint_step": global_step})`` on its own
+    line after each reading's line: it rises like the iteration, but the iteration is on the
+    readings' lines (the checkpoint step, carried forward, would drop the first reading)."""
+    lines = []
+    for k, s in enumerate(range(1787, 2800, 100)):
+        loss = "nan" if k == 7 else f"{2.3 - k / 100}"
+        lines.append(
+            f"DLL 2020-05-29 11:31:45.763470 - Training Epoch: 0 Training Iteration: {s}  "
+            f"average_loss : 2.3  step_loss : {loss}  learning_rate : 0.005"
+        )
+        lines.append(f"DLL 2020-05-29 11:31:45.763713 - PARAMETER checkpoint_step : {s} ")
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "training_iteration", 2487)
+    assert tl["readings"] == 11
