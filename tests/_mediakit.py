@@ -69,6 +69,18 @@ def streaming_module() -> Any:
     return streaming
 
 
+def streaming_samples(local: str) -> list[dict[str, Any]]:
+    """Every sample of the MDS dataset in ``local`` as ``StreamingDataset`` reads it.  Run it in
+    a worker process (``tests/formats/producers/test_mds.py``): each StreamingDataset keeps ~190
+    file descriptors (its shared memory) for the life of the process, del and gc notwithstanding,
+    and ~60 of them exhausted the test process's descriptors."""
+    streaming_module()
+    from streaming import StreamingDataset
+
+    ds = StreamingDataset(local=local, batch_size=1, allow_unsafe_types=True)
+    return [ds[i] for i in range(len(ds))]
+
+
 def compress(codec: str, data: bytes, checksum: bool = False) -> bytes:
     """What streaming's own ``compress`` writes for a codec (``"zstd"``, ``"br:5"``, ...);
     ``checksum``: a zstd frame with its content checksum, which streaming never writes (a

@@ -10,6 +10,10 @@ lies in one value).
 from __future__ import annotations
 
 import json
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from _mediakit import (
     mds_sample_span,
     mds_value_span,
     streaming_module,
+    streaming_samples,
     write_mds,
 )
 
@@ -60,15 +65,30 @@ def write(folder: Path, compression: str | None, hashes: tuple[str, ...] = (), *
     )
 
 
+_ORACLE: list[ProcessPoolExecutor] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _oracle_process() -> Iterator[None]:
+    """StreamingDataset runs in a process of its own (``_mediakit.streaming_samples``: it keeps
+    file descriptors), started on first use and afresh every few datasets."""
+    yield
+    while _ORACLE:
+        _ORACLE.pop().shutdown(cancel_futures=True)
+
+
 def streaming_reads(folder: Path, tmp_path: Path) -> list[dict[str, Any]]:
     """Every sample as StreamingDataset reads it, from a copy (it writes decompressed shards
     beside the compressed ones)."""
-    streaming_module()
-    from streaming import StreamingDataset
-
     local = copy_of(folder, tmp_path / f"oracle-{folder.name}")
-    ds = StreamingDataset(local=str(local), batch_size=1, allow_unsafe_types=True)
-    return [ds[i] for i in range(len(ds))]
+    if not _ORACLE:
+        spawn = multiprocessing.get_context("spawn")
+        _ORACLE.append(ProcessPoolExecutor(1, mp_context=spawn, max_tasks_per_child=16))
+    try:
+        return _ORACLE[0].submit(streaming_samples, str(local)).result(timeout=240)
+    except BrokenProcessPool:  # it died reading a damaged shard: the next read gets another
+        _ORACLE.pop().shutdown(cancel_futures=True)
+        raise
 
 
 def where(folder: Path, sample: int) -> tuple[str, int]:
