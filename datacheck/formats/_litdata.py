@@ -53,7 +53,13 @@ from datacheck.formats import (
 )
 from datacheck.formats._litdata_values import leaf_check, unsupported
 from datacheck.formats._mds_zip import _chunks, materialize_shard
-from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
+from datacheck.formats._tensor_common import (
+    MappedFile,
+    SampleChunk,
+    TensorFileError,
+    fixed_width_values,
+    utf8_values,
+)
 from datacheck.schema._media import media_rules
 
 __all__ = ["LitdataFormat", "is_litdata_index"]
@@ -312,23 +318,10 @@ def _arrow(fmt: str, values: list[bytes | None]) -> pa.Array:
     """One leaf of every item as Arrow: numbers as numbers, text as text (null where a value
     is not what its serializer writes), the rest as bytes."""
     if fmt in _NUMBERS:
-        dtype = np.dtype(_NUMBERS[fmt])
-        return pa.array(
-            [
-                None if v is None or len(v) != dtype.itemsize else np.frombuffer(v, dtype)[0].item()
-                for v in values
-            ]
-        )
+        return fixed_width_values(values, np.dtype(_NUMBERS[fmt]))
     if fmt in ("str", "text"):
-        return pa.array([_text(v) for v in values], pa.string())
+        return utf8_values(values)
     return pa.array(values, pa.binary())
-
-
-def _text(value: bytes | None) -> str | None:
-    try:
-        return None if value is None else value.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def _leaves(item: bytes, n: int) -> list[bytes]:

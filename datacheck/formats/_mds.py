@@ -39,7 +39,13 @@ from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
 from datacheck.formats._mds_values import SCALARS, value_check
 from datacheck.formats._mds_zip import CODECS, Digests, materialize_shard, shard_codec
-from datacheck.formats._tensor_common import MappedFile, SampleChunk, TensorFileError
+from datacheck.formats._tensor_common import (
+    MappedFile,
+    SampleChunk,
+    TensorFileError,
+    fixed_width_values,
+    utf8_values,
+)
 from datacheck.schema._media import ImageRules, media_rules
 
 __all__ = ["MdsFormat", "is_mds_index", "is_shard_name", "mds_index_entry"]
@@ -347,22 +353,10 @@ def _arrow_column(enc: str, values: list[bytes | None]) -> pa.Array:
     not UTF-8), everything else as the bytes the shard holds."""
     name = enc.partition(":")[0]
     if name in SCALARS and not enc.count(":"):
-        dtype = np.dtype(SCALARS[name])
-        good = [v for v in values if v is not None and len(v) == dtype.itemsize]
-        ok = np.array([v is not None and len(v) == dtype.itemsize for v in values], bool)
-        out = np.zeros(len(values), dtype)
-        out[ok] = np.frombuffer(b"".join(good), dtype)
-        return pa.array(out, mask=~ok)
+        return fixed_width_values(values, np.dtype(SCALARS[name]))
     if name in _TEXT:
-        return pa.array([_utf8(v) for v in values], pa.string())
+        return utf8_values(values)
     return pa.array(values, pa.binary())
-
-
-def _utf8(value: bytes | None) -> str | None:
-    try:
-        return None if value is None else value.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 class MdsFormat(Format):

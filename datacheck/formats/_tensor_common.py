@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import pyarrow as pa
 
 from datacheck.formats import Chunk, Opened
 
@@ -363,3 +364,26 @@ class SampleBatcher:
         self._counted = end
         self._lists, self._rows, self._bytes, self._sig = {}, 0, 0, None
         return chunk
+
+
+def fixed_width_values(values: list[bytes | None], dtype: np.dtype) -> pa.Array:
+    """Serialized scalars (one ``dtype`` value each, as MDS and litdata write them) as one
+    Arrow array, decoded in bulk; null where a value is missing or not ``dtype.itemsize``
+    bytes long."""
+    good = [v for v in values if v is not None and len(v) == dtype.itemsize]
+    ok = np.array([v is not None and len(v) == dtype.itemsize for v in values], bool)
+    out = np.zeros(len(values), dtype)
+    out[ok] = np.frombuffer(b"".join(good), dtype)
+    return pa.array(out, mask=~ok)
+
+
+def utf8_values(values: list[bytes | None]) -> pa.Array:
+    """Serialized text as an Arrow string array; null where a value is missing or not UTF-8."""
+    return pa.array([_utf8_or_none(v) for v in values], pa.string())
+
+
+def _utf8_or_none(value: bytes | None) -> str | None:
+    try:
+        return None if value is None else value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
