@@ -30,8 +30,11 @@ Found = dict[str, tuple[float, int]]
 _E = r"(?:[eE][-+]?+\d++)?+"
 _NAN = r"[nN][aA][nN]"
 _INF = r"[iI][nN][fF](?:[iI][nN][iI][tT][yY])?+"
-_GLUED = r"(?<=\d)(?=[A-Z][a-z])"
-"""A number glued to the capitalised word after it (``44.4110Batch``) still ends there."""
+_GLUED = r"(?<=\d)(?-i:(?=[A-Z][a-z])(?![KMGTPE]iB(?![A-Za-z])))"
+"""A number glued to the capitalised word after it (``44.4110Batch``) still ends there; case
+counts even in the patterns that ignore it, so a glued unit (``97.30ms``, ``12.5GB``, ``80.1MiB``) keeps its
+number from being a value and never becomes a key of the number after it (``time 97.30ms 1
+step``: the ``1`` is the step's)."""
 NUM = rf"(?>[-+]?+(?:(?:\d++(?:\.\d*+)?+|\.\d++){_E}|(?-i:{_NAN}|{_INF})))(?:(?!\w|\.\w)|{_GLUED})"
 """A number as ``float()`` reads it (``nan``/``inf`` in any ASCII case: never a dotless ``ı``,
 which ``re.IGNORECASE`` would take for an ``i``)."""

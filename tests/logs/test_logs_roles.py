@@ -494,6 +494,20 @@ def test_a_key_after_a_unit_word_is_kept(tmp_path):
     assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "epoch", 60)
 
 
+@pytest.mark.parametrize("unit", ["ms", "s", "GB", "MiB", "it"])
+def test_a_glued_unit_is_no_key_of_the_counter_after_it(tmp_path, unit):
+    """``loss 1.0 time 97.30ms 1 step``: the unit glued to a duration (or a size) belongs to
+    its number; it never takes the next number as its own value, so the counter printed
+    before its word is still the step (a lowercase unit is no capitalised word glued on,
+    as ``44.4110Batch`` is)."""
+    lines = []
+    for k in range(1, 41):
+        loss = "nan" if k == 30 else f"{2.3 - k / 100:.4f}"
+        lines.append(f"loss {loss} time {97.3 + k:.2f}{unit} {k} step")
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "step", 30)
+
+
 def test_an_lr_printed_on_its_own_line_is_no_loss_left_out(tmp_path):
     """A scheduler's own line (``Epoch N learning rate: X``) beside Megatron-style lines has
     the LR alone: not the loss line's shape, so no NaN."""
