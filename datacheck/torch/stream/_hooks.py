@@ -11,6 +11,7 @@ or the main process for the epoch) and is undone afterwards:
   same, naming the sample by its chunk file and row in it. litdata decodes a window of items at
   once (``batch_decode="auto"``), so one bad item fails its whole window; the hook reads a
   failed item again on its own (per-item decoding), so its neighbours survive.
+  A ``CombinedStreamingDataset`` gets the hook on each of its datasets.
 - **Hugging Face** ``datasets.IterableDataset``: iterated in its stead (:mod:`._hf`).
 - **WebDataset** ``to_tuple``: run sample by sample, each tuple tagged with its key (:mod:`._wds`).
 
@@ -142,6 +143,38 @@ class GetItemHook:
         return lambda: ds.__dict__.pop("__getitem__", None)
 
 
+class EachHook:
+    """One hook on each dataset a mixture draws from (litdata's ``CombinedStreamingDataset``
+    iterates its ``StreamingDataset`` s itself, each through its own ``__next__``): every
+    sample is named by its own dataset's chunk and row, by a namer of its own (chunk numbers
+    repeat across datasets). Picklable: a DataLoader worker may be spawned."""
+
+    def __init__(self, catch: tuple[type[BaseException], ...], excluded: Excluded) -> None:
+        self.catch, self.excluded = catch, excluded
+
+    def __call__(self, ds: Any) -> Callable[[], None]:
+        undo = [
+            GetItemHook(_LitdataNames(), self.catch, self.excluded, _litdata_alone)(d)
+            for d in _litdata_parts(ds) or []
+        ]
+
+        def undo_all() -> None:
+            for u in reversed(undo):
+                u()
+
+        return undo_all
+
+
+def _litdata_parts(ds: Any) -> list[Any] | None:
+    """The ``StreamingDataset`` s of a litdata mixture, or None (not one, or one of others).
+    ``ParallelStreamingDataset`` is none: each of its items joins one sample of every part."""
+    if not _from("litdata.streaming.combined", "CombinedStreamingDataset", ds):
+        return None
+    parts = list(getattr(ds, "_datasets", None) or [])
+    ok = parts and all(_from("litdata.streaming.dataset", "StreamingDataset", d) for d in parts)
+    return parts if ok else None
+
+
 def hook_for(
     dataset: Any, catch: tuple[type[BaseException], ...], excluded: Excluded
 ) -> Hook | None:
@@ -150,6 +183,8 @@ def hook_for(
         return GetItemHook(_mds_name, catch, excluded)
     if _from("litdata.streaming.dataset", "StreamingDataset", dataset):
         return GetItemHook(_LitdataNames(), catch, excluded, _litdata_alone)
+    if _litdata_parts(dataset) is not None:
+        return EachHook(catch, excluded)
     if has_tuple_stage(dataset):  # WebDataset's to_tuple: its samples keep their key
         return TupleKeys()
     return None
