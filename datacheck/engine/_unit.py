@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,11 +34,14 @@ from datacheck.engine._result import (
     finish,
 )
 from datacheck.engine._schemacheck import SchemaRun
-from datacheck.formats import Chunk, Opened, WorkUnit, get_format
+from datacheck.formats import Chunk, Opened, Ragged, WorkUnit, get_format
 from datacheck.formats._tabular import INTEGER_COLUMNS
 from datacheck.profile._drift import profile_bounds
 from datacheck.profile._stats import ColumnProfile, Profiler
 from datacheck.schema import CompiledSchema
+
+if TYPE_CHECKING:
+    from datacheck.schema._tensors import TensorSchema
 
 CHECK_ROWS = 1 << 20
 """Rows of a batch checked at once: the findings of one slice are bounded by it."""
@@ -88,6 +91,41 @@ def _check_tensors(
         rules = ts.rules_for(key, is_float) if ts is not None else default_rules(is_float, True)
         for h in sample_hits(arr.reshape(n, -1), rules):
             col.hits(key, h, chunk.row_offset)
+    for key, ragged in chunk.ragged.items():
+        _check_ragged(key, ragged, chunk.row_offset, ts, col, profiler)
+
+
+def _check_ragged(
+    key: str,
+    ragged: Ragged,
+    row_offset: int,
+    ts: TensorSchema | None,
+    col: Collector,
+    profiler: Profiler | None,
+) -> None:
+    """Samples of differing shapes, as :func:`_check_tensors` checks a stack of them: each
+    sample's dtype and shape against the schema, then every value, findings at its sample."""
+    values, starts, n = ragged.values, ragged.starts, len(ragged.shapes)
+    if ts is not None:
+        said: dict[tuple[int, ...], str | None] = {}
+        for r, shape in enumerate(ragged.shapes):
+            if shape not in said:
+                said[shape] = ts.shape_mismatch(key, values.dtype.name, shape)
+            if (msg := said[shape]) is not None:
+                col.findings(
+                    [fnd.Finding(col.path, "schema", Severity.ERROR, msg, key, row_offset + r)]
+                )
+    if profiler is not None:
+        profiler.column(key).observe_tensor(values, n)
+    if values.dtype.kind == "c":  # real and imaginary parts side by side
+        values, starts = values.view(values.real.dtype), starts * 2
+    if values.dtype.kind not in "iuf" or values.size == 0:
+        return
+    is_float = values.dtype.kind == "f"
+    rules = ts.rules_for(key, is_float) if ts is not None else default_rules(is_float, True)
+    rows = RowMap(n, fn=lambda idx: np.searchsorted(starts, idx, side="right") - 1)
+    for h in check_values(values, None, rows, rules):
+        col.hits(key, h, row_offset)
 
 
 def _check_chunk(

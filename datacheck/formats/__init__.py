@@ -32,6 +32,7 @@ __all__ = [
     "Chunk",
     "Format",
     "Opened",
+    "Ragged",
     "WorkUnit",
     "check_requirements",
     "detect",
@@ -72,6 +73,18 @@ class WorkUnit:
         return f"{key}|{self.etag}" if self.etag else key
 
 
+@dataclass(frozen=True)
+class Ragged:
+    """The values of one key over consecutive samples whose shapes differ (a JSON document's
+    floats, an ``ndarray`` column of varying shape): one flat array, each sample's start in
+    it and its shape. Checked per sample as a tensor is, without a chunk per sample."""
+
+    values: np.ndarray
+    starts: np.ndarray
+    """``int64``, one more than there are samples: sample ``i`` is ``values[starts[i]:starts[i + 1]]``."""
+    shapes: tuple[tuple[int, ...], ...]
+
+
 @dataclass
 class Chunk:
     """A bounded slice of a file's rows, starting at ``row_offset``."""
@@ -85,6 +98,8 @@ class Chunk:
     hits: list[tuple[str, Hits]] = field(default_factory=list)
     """(key, hits) the reader found itself, rows relative to ``row_offset`` (token ids past
     the vocabulary): vectorised, for findings that may number millions."""
+    ragged: Mapping[str, Ragged] = field(default_factory=dict)
+    """Key -> values of samples from ``row_offset`` on whose shapes differ (see :class:`Ragged`)."""
     skipped: int = 0
     """Rows of the file this chunk accounts for that hold no values to check (a CSV line
     that does not parse: its ``corrupt`` finding is in ``findings``); counted, not checked."""

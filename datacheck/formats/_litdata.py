@@ -55,6 +55,7 @@ from datacheck.formats._litdata_values import leaf_check, unsupported
 from datacheck.formats._mds_zip import _chunks, materialize_shard
 from datacheck.formats._tensor_common import (
     MappedFile,
+    SampleBatcher,
     SampleChunk,
     TensorFileError,
     fixed_width_values,
@@ -363,6 +364,7 @@ class _Chunk:
         tokens = layout.loader == "TokensLoader"
         checks = [(i, c) for i, f in enumerate(layout.formats) if (c := leaf_check(f, self.rules))]
         found: list[Finding] = []
+        values_of = SampleBatcher(counts=False, ragged=True)  # the leaves' numbers, as tensors
         lo = 0
         for row, item in enumerate(items):
             try:
@@ -370,13 +372,20 @@ class _Chunk:
             except ValueError as exc:
                 found.append(Finding(path, "corrupt", Severity.ERROR, str(exc), None, row))
             else:
+                numbers = {}
                 for i, check in checks:
-                    found += check(path, row, layout.names[i], values[i])
+                    more, got = check(path, row, layout.names[i], values[i])
+                    found += more
+                    if got is not None:
+                        numbers[layout.names[i]] = got
+                if numbers:
+                    yield from values_of.add(row, numbers)
             if row + 1 - lo == ITEMS_PER_CHUNK:
                 yield SampleChunk(row_offset=lo, tensors={}, samples=row + 1 - lo, findings=found)
                 found, lo = [], row + 1
         if items.n - lo or not items.n:
             yield SampleChunk(row_offset=lo, tensors={}, samples=items.n - lo, findings=found)
+        yield from values_of.finish(items.n)
 
 
 class LitdataFormat(Format):

@@ -15,8 +15,11 @@ item's row and the leaf's column when it fails:
 * ``json`` (litdata's compact nested encoding, or plain JSON) that does not parse;
 * ``pickle`` whose opcodes do not parse (read by :mod:`pickletools`, never unpickled).
 
-Float values (``float``, float and complex arrays and tensors, floats inside ``json``, float
-audio, mode-``F`` ``pil`` images) are checked for NaN/Inf.  ``bytes`` and ``file:EXT`` are taken
+The numbers a loader hands on (arrays and tensors in their shape, the floats inside ``json``, a
+pickled NumPy float scalar, mode-``F`` ``pil`` pixels) are returned beside the findings and go
+on as the item's tensor under the leaf's name, so every check (NaN/Inf, ``extreme``, a schema's
+``tensors:`` rules) reads them as in any tensor file; float audio is checked for NaN/Inf as an
+audio file is; ``int`` and ``float`` leaves go on as one value per item.  ``bytes`` and ``file:EXT`` are taken
 as they are.  :func:`unsupported` names the serializers whose values datacheck cannot read
 (video, NIfTI, meshes, PDFs, graphs, TIFFs, a custom serializer): their files are listed under
 ``ignored`` with that reason, never passed unread.
@@ -36,12 +39,13 @@ from datacheck.findings import Finding
 from datacheck.formats._image import DecodeError, Problem
 from datacheck.formats._mds_values import (
     Check,
+    Decoded,
     _Bad,
     _elements,
-    _float_findings,
     _image_findings,
     _pickle,
     _pil,
+    decoding,
 )
 from datacheck.schema._media import ImageRules
 
@@ -103,12 +107,12 @@ def _utf8(data: bytes) -> np.ndarray:
 
 
 def _values(data: bytes, dtype: str, shape: tuple[int, ...] | None) -> np.ndarray:
-    """The values of an array leaf, as floats where they are floats (NaN/Inf checked)."""
+    """The values of an array leaf, in its shape (flat when the serializer keeps none)."""
     item = np.dtype(dtype).itemsize
     if len(data) % item or (shape is not None and len(data) // item != _prod(shape)):
         raise _Bad(f"{len(data)} value bytes do not fit shape {shape} of {np.dtype(dtype).name}")
     values = np.frombuffer(data, dtype)
-    return values.view(values.real.dtype) if values.dtype.kind == "c" else values
+    return values if shape is None else values.reshape(shape)
 
 
 def _prod(shape: tuple[int, ...]) -> int:
@@ -134,7 +138,7 @@ def _header_array(data: bytes, big: bool) -> np.ndarray:
 
 _NONE = np.empty(0)
 _CHECKS: dict[str, Callable[[bytes], np.ndarray]] = {
-    "int": _fixed(8),
+    "int": _fixed(8, "<i8"),
     "float": _fixed(8, "<f8"),
     "bool": _fixed(1),
     "str": _utf8,
@@ -151,7 +155,7 @@ def leaf_check(fmt: str, rules: ImageRules) -> Check | None:
     """The check of one leaf's values by its serializer name (None: nothing to check)."""
     name, _, arg = fmt.partition(":")
     if name in ("jpeg", "image"):
-        return lambda path, row, col, data: _image_findings(path, row, col, data, rules)
+        return lambda path, row, col, data: (_image_findings(path, row, col, data, rules), None)
     if name == "jpeg_array":
         return _jpeg_array(rules)
     if name == "audio":
@@ -164,43 +168,32 @@ def leaf_check(fmt: str, rules: ImageRules) -> Check | None:
         check = _json
     else:
         check = _CHECKS.get(fmt)
-    return None if check is None or name in ("bytes", "file") else _findings(fmt, check)
-
-
-def _findings(fmt: str, check: Callable[[bytes], np.ndarray]) -> Check:
-    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
-        try:
-            values = check(data)
-        except _Bad as exc:
-            return [Finding(path, "corrupt", Severity.ERROR, f"{fmt}: {exc}", name, row)]
-        return _float_findings(path, row, name, values) if values.dtype.kind == "f" else []
-
-    return findings
+    return None if check is None or name in ("bytes", "file") else decoding(fmt, check)
 
 
 def _jpeg_array(rules: ImageRules) -> Check:
-    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+    def decoded(path: str, row: int, name: str, data: bytes) -> Decoded:
         try:
             parts = _elements(data, 0)
         except _Bad as exc:
-            return [Finding(path, "corrupt", Severity.ERROR, f"jpeg_array: {exc}", name, row)]
+            return [Finding(path, "corrupt", Severity.ERROR, f"jpeg_array: {exc}", name, row)], None
         out: dict[str, Finding] = {}
         for k, part in enumerate(parts):
             for f in _image_findings(path, row, name, part, rules):
                 out.setdefault(f.check, replace(f, value=f"jpeg_array: image {k}: {f.value}"))
-        return list(out.values())
+        return list(out.values()), None
 
-    return findings
+    return decoded
 
 
-def _audio(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+def _audio(path: str, row: int, name: str, data: bytes) -> Decoded:
     from datacheck.formats._audio import check_audio
 
     try:
         problems: list[Problem] = check_audio(data)
     except DecodeError as exc:
-        return [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
-    return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
+        return [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)], None
+    return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems], None
 
 
 # --- litdata's compact nested encoding of JSON-like leaves (serializers._nested_dumps) ------

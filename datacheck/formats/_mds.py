@@ -41,6 +41,7 @@ from datacheck.formats._mds_values import SCALARS, value_check
 from datacheck.formats._mds_zip import CODECS, Digests, materialize_shard, shard_codec
 from datacheck.formats._tensor_common import (
     MappedFile,
+    SampleBatcher,
     SampleChunk,
     TensorFileError,
     fixed_width_values,
@@ -295,12 +296,13 @@ def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChun
     checks = (
         [
             (i, c)
-            for i, (e, size) in enumerate(zip(cols.encodings, cols.sizes, strict=True))
-            if i not in scalars and (c := value_check(e, rules, size))
+            for i, e in enumerate(cols.encodings)
+            if i not in scalars and (c := value_check(e, rules))
         ]
         if cols
         else []
     )
+    values_of = SampleBatcher(counts=False, ragged=True)  # the other columns' numbers, as tensors
     found: list[Finding] = list(shard.findings)
     run = _Run(cols, scalars) if cols else None
     for lo in range(0, max(n, 1), SAMPLES_PER_CHUNK):
@@ -319,10 +321,17 @@ def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChun
                     yield run.flush(row, [])
                 continue
             run.add(row, values)
+            numbers = {}
             for i, check in checks:
-                found += check(path, row, cols.names[i], values[i])
+                more, got = check(path, row, cols.names[i], values[i])
+                found += more
+                if got is not None:
+                    numbers[cols.names[i]] = got
+            if numbers:
+                yield from values_of.add(row, numbers)
         yield run.flush(hi, found)
         found = []
+    yield from values_of.finish(n)
 
 
 class _Shard:

@@ -15,8 +15,12 @@ checksum) lands in one column value.  Every value that streaming would fail to d
 * ``pkl`` whose opcodes do not parse (:func:`pickletools.dis`: read, never executed); a
   pickled NumPy float scalar is read from its opcodes and checked for NaN/Inf.
 
-Float values (scalars, ``str_float``, ``str_decimal``, float ndarrays, the pixels of a ``pil``
-image of mode ``F``) are checked for NaN/Inf.
+The numbers a loader hands on from a value (``str_float``/``str_decimal``, ``ndarray`` values in
+their shape, the floats of a ``json`` document, a pickled NumPy float scalar, the pixels of a
+``pil`` image of mode ``F``) are returned beside the findings: the reader passes them on as the
+sample's tensor under the column's name, so every check (NaN/Inf, ``extreme``, a schema's
+``tensors:`` rules) reads them as in any tensor file.  The fixed-size scalar columns go on as
+tensors too, without coming here (:mod:`._mds`).
 ``bytes`` and encodings datacheck does not know are taken as they are.
 """
 
@@ -24,9 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import pickletools
-import struct
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
@@ -39,10 +41,13 @@ from datacheck.findings import Finding
 from datacheck.formats._image import DecodeError, check_image
 from datacheck.schema._media import ImageRules
 
-__all__ = ["SCALARS", "Check", "value_check"]
+__all__ = ["SCALARS", "Check", "Decoded", "value_check"]
 
-Check = Callable[[str, int, str, bytes], list[Finding]]
-"""``(path, row, column, value bytes) -> findings`` for one column's values."""
+Decoded = tuple[list[Finding], "np.ndarray | None"]
+"""What decoding one value found (``corrupt``, an image's problems) and the numbers a loader
+hands on from it (None: none; integers too, for a schema's rules)."""
+Check = Callable[[str, int, str, bytes], Decoded]
+"""``(path, row, column, value bytes) -> (findings, values)`` for one column's values."""
 
 SCALARS = {
     "int": "<i8",
@@ -201,7 +206,7 @@ def _ndarray(config: str) -> Callable[[bytes], np.ndarray]:
         item, n = np.dtype(dtype).itemsize, len(data) - pos
         if n % item or n // item != int(np.prod(dims, dtype=object)):
             raise _Bad(f"shape {dims} of {np.dtype(dtype).name} does not fit its {n} value bytes")
-        return np.frombuffer(data, dtype, offset=pos)
+        return np.frombuffer(data, dtype, offset=pos).reshape(dims)
 
     return check
 
@@ -261,25 +266,28 @@ def _list_check(enc: str, rules: ImageRules) -> Check:
     head = _LISTS[enc]
     pil = enc == "list[pil]"
 
-    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+    def decoded(path: str, row: int, name: str, data: bytes) -> Decoded:
         try:
             parts = _elements(data, head)
         except _Bad as exc:
-            return [Finding(path, "corrupt", Severity.ERROR, f"{enc}: {exc}", name, row)]
+            return [Finding(path, "corrupt", Severity.ERROR, f"{enc}: {exc}", name, row)], None
         out: dict[str, Finding] = {}  # the first finding of each check, naming its element
+        pixels: list[np.ndarray] = []  # the float pixels of mode-F images, end to end
         for k, part in enumerate(parts):
             if pil:
                 try:
-                    found = _float_findings(path, row, name, _pil(part))
+                    pixels.append(_pil(part))
+                    found = []
                 except _Bad as exc:
                     found = [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
             else:
                 found = _image_findings(path, row, name, part, rules)
             for f in found:
                 out.setdefault(f.check, replace(f, value=f"{enc}: element {k}: {f.value}"))
-        return list(out.values())
+        values = np.concatenate(pixels) if any(p.size for p in pixels) else None
+        return list(out.values()), values
 
-    return findings
+    return decoded
 
 
 def _checker(enc: str) -> Callable[[bytes], np.ndarray] | None:
@@ -305,28 +313,27 @@ def _checker(enc: str) -> Callable[[bytes], np.ndarray] | None:
     return None
 
 
-def value_check(enc: str, rules: ImageRules, size: int | None = None) -> Check | None:
-    """The check of one column's values by its encoding (None: nothing to check); ``size``:
-    the column's fixed byte count in the index, which the sample split already enforces."""
+def value_check(enc: str, rules: ImageRules) -> Check | None:
+    """The check of one column's values by its encoding (None: nothing to check)."""
     if enc in ("jpeg", "png"):
-        return lambda path, row, name, data: _image_findings(path, row, name, data, rules)
+        return lambda path, row, name, data: (_image_findings(path, row, name, data, rules), None)
     if enc in _LISTS:
         return _list_check(enc, rules)
-    dtype = np.dtype(SCALARS.get(enc, "V1"))
-    if enc in SCALARS and size == dtype.itemsize:  # the common case: one value per sample
-        return _fixed_float(dtype) if dtype.kind == "f" else None
     check = _checker(enc)
-    if check is None:
-        return None
+    return None if check is None else decoding(enc, check)
 
-    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
+
+def decoding(what: str, check: Callable[[bytes], np.ndarray]) -> Check:
+    """A :data:`Check` of a decoder that returns a value's numbers or raises :class:`_Bad`."""
+
+    def decoded(path: str, row: int, name: str, data: bytes) -> Decoded:
         try:
             values = check(data)
         except _Bad as exc:
-            return [Finding(path, "corrupt", Severity.ERROR, f"{enc}: {exc}", name, row)]
-        return _float_findings(path, row, name, values) if values.dtype.kind == "f" else []
+            return [Finding(path, "corrupt", Severity.ERROR, f"{what}: {exc}", name, row)], None
+        return [], values if values.size and values.dtype.kind in "iufc" else None
 
-    return findings
+    return decoded
 
 
 def _image_findings(
@@ -337,25 +344,3 @@ def _image_findings(
     except DecodeError as exc:
         return [Finding(path, "corrupt", Severity.ERROR, str(exc), name, row)]
     return [Finding(path, p.check, p.severity, p.message, name, row) for p in problems]
-
-
-def _fixed_float(dtype: np.dtype) -> Check:
-    unpack = struct.Struct("<" + {2: "e", 4: "f", 8: "d"}[dtype.itemsize]).unpack
-
-    def findings(path: str, row: int, name: str, data: bytes) -> list[Finding]:
-        (x,) = unpack(data)
-        if math.isfinite(x):
-            return []
-        return _float_findings(path, row, name, np.array([x]))
-
-    return findings
-
-
-def _float_findings(path: str, row: int, name: str, values: np.ndarray) -> list[Finding]:
-    if np.isfinite(values).all():
-        return []
-    out = []
-    for kind, bad in (("nan", np.isnan(values)), ("inf", np.isinf(values))):
-        if n := int(bad.sum()):
-            out.append(Finding(path, kind, Severity.ERROR, str(values[bad][0]), name, row, n))
-    return out

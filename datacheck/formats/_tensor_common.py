@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from datacheck.formats import Chunk, Opened
+from datacheck.formats import Chunk, Opened, Ragged
 
 CHUNK_BYTES = 8 << 20
 """Target bytes per chunk: small enough to stay in cache for the two passes of the checks."""
@@ -321,6 +321,13 @@ class SampleBatcher:
 
     chunk_bytes: int = 0
     """Flush at this many bytes (0: :data:`CHUNK_BYTES` at the time of the flush)."""
+    counts: bool = True
+    """Whether its chunks account for their samples (False: the reader's own chunks do, and
+    these carry only the values of samples those already counted)."""
+    ragged: bool = False
+    """Samples whose keys and dtypes agree stack even where their shapes differ, a key's
+    values then handed on as :class:`~datacheck.formats.Ragged` (False: a new shape starts a
+    new chunk)."""
     _start: int = 0
     _rows: int = 0
     _sig: tuple[Any, ...] | None = None
@@ -331,7 +338,9 @@ class SampleBatcher:
 
     def add(self, ordinal: int, sample: dict[str, np.ndarray]) -> Iterator[SampleChunk]:
         """Add sample ``ordinal`` (its numeric arrays by key); yields full chunks."""
-        sig = tuple(sorted((k, a.shape, a.dtype.str) for k, a in sample.items()))
+        sig = tuple(
+            sorted((k, a.ndim if self.ragged else a.shape, a.dtype.str) for k, a in sample.items())
+        )
         contiguous = ordinal == self._start + self._rows
         if self._rows and (
             sig != self._sig or not contiguous or self._bytes >= (self.chunk_bytes or CHUNK_BYTES)
@@ -350,17 +359,27 @@ class SampleBatcher:
         """Flush the last batch, then account for trailing samples without numeric data."""
         if self._rows:
             yield self._flush()
-        if total_samples > self._counted:
+        if self.counts and total_samples > self._counted:
             yield SampleChunk(
                 row_offset=self._counted, tensors={}, samples=total_samples - self._counted
             )
             self._counted = total_samples
 
     def _flush(self) -> SampleChunk:
-        # One sample alone: a view with a sample axis (np.stack would copy a large member).
-        tensors = {k: np.stack(v) if len(v) > 1 else v[0][None] for k, v in self._lists.items()}
+        tensors, ragged = {}, {}
+        for k, v in self._lists.items():
+            if len(v) == 1:  # alone: a view with a sample axis (np.stack would copy it)
+                tensors[k] = v[0][None]
+            elif all(a.shape == v[0].shape for a in v):
+                tensors[k] = np.stack(v)
+            else:
+                sizes = np.fromiter((a.size for a in v), np.int64, len(v))
+                starts = np.concatenate(([0], np.cumsum(sizes)))
+                values = np.concatenate([a.reshape(-1) for a in v])
+                ragged[k] = Ragged(values, starts, tuple(a.shape for a in v))
         end = self._start + self._rows
-        chunk = SampleChunk(row_offset=self._start, tensors=tensors, samples=end - self._counted)
+        samples = end - self._counted if self.counts else 0
+        chunk = SampleChunk(row_offset=self._start, tensors=tensors, samples=samples, ragged=ragged)
         self._counted = end
         self._lists, self._rows, self._bytes, self._sig = {}, 0, 0, None
         return chunk

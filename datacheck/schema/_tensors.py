@@ -136,10 +136,14 @@ class TensorSchema:
 
     def sample_mismatch(self, key: str, arr: np.ndarray) -> str | None:
         """For a stack of samples: why their dtype / per-sample shape break the spec."""
+        return self.shape_mismatch(key, arr.dtype.name, arr.shape[1:])
+
+    def shape_mismatch(self, key: str, dtype: str, shape: tuple[int, ...]) -> str | None:
+        """For one sample of ``shape``: why its dtype / shape break the spec."""
         spec = self.keys.get(key)
         if spec is None:
             return None
-        return spec.mismatch(arr.dtype.name, (None, *arr.shape[1:]))
+        return spec.mismatch(dtype, (None, *shape))
 
 
 def format_shape(shape: tuple[int | str, ...]) -> str:

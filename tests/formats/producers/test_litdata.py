@@ -82,6 +82,18 @@ def pair(i: int) -> tuple[Any, ...]:
     return (i, {"y": np.float32(np.nan if i == 6 else 1.0), "z": [i]})
 
 
+def wide(i: int) -> dict[str, Any]:
+    """Values past float16 (``extreme``, a warning) in an array, a JSON-like list and a float;
+    an id out of a schema's range in an integer array."""
+    x = np.full((2, 3), 0.5, np.float32)
+    if i == 2:
+        x[1, 2] = 1e30
+    ids = np.arange(4, dtype=np.int64) + i
+    if i == 5:
+        ids[3] = 99
+    return {"x": x, "ids": ids, "w": [0.5, 1e6 if i == 4 else 1.0], "f": 7e10 if i == 6 else 0.5}
+
+
 def pdf(i: int) -> dict[str, Any]:
     return {"i": i, "doc": b"%PDF-1.4 not decoded"}
 
@@ -95,6 +107,7 @@ KINDS: dict[str, tuple[Callable[[int], Any], dict[str, Any]]] = {
     "text-zstd": (text, {"compression": "zstd"}),
     "nested": (nested, {}),
     "pair": (pair, {}),
+    "wide": (wide, {}),
 }
 """Name -> (the function optimize maps over ``range(N)``, optimize's options)."""
 PLANTED = {
@@ -102,6 +115,7 @@ PLANTED = {
     "text": {(2, "score", "nan")},
     "nested": {(1, "w", "nan")},
     "pair": {(6, "1.y", "nan")},
+    "wide": {(2, "x", "extreme"), (4, "w", "extreme"), (6, "f", "extreme")},
 }
 
 
@@ -214,6 +228,23 @@ def test_planted_values_found_at_their_items(kind: str, written: Callable[[str],
     assert [Path(p).name for p in report.data["ignored"]] == ["index.json"]  # not JSON Lines
     assert item_sites(folder, sites(report)) == planted(kind)
     assert len(streaming_reads(folder)) == N
+
+
+def test_leaf_values_reach_the_tensor_schema(
+    written: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Array leaves go on as the item's tensors in their shape: a ``tensors:`` schema's range
+    and declared shape run on them by leaf name, as on any tensor file."""
+    folder = written("wide")
+    schema = tmp_path / "s.yaml"
+    schema.write_text("tensors:\n  keys:\n    ids: {range: [0, 20]}\n    x: {shape: [*, 3, 2]}\n")
+    found = item_sites(folder, sites(scan(folder, schema=str(schema))))
+    assert found == planted("wide") | {(5, "ids", "out_of_range")} | {
+        (i, "x", "schema") for i in range(N)
+    }
+    read = streaming_reads(folder)  # the values litdata hands on
+    assert read[2]["x"][1, 2] == np.float32(1e30) and read[5]["ids"][3] == 99
+    assert read[4]["w"][1] == 1e6 and read[6]["f"] == 7e10
 
 
 def test_values_as_streaming_dataset_reads_them(written: Callable[[str], Path]) -> None:

@@ -445,3 +445,42 @@ def test_scalar_columns_reach_every_check_and_the_tensor_schema(tmp_path: Path) 
     flip(folder / shard, at + 1, 0x01)
     found = sites(scan(folder, schema=str(schema)))
     assert found == expected | {(shard, 4, None, "corrupt")}
+
+
+def test_variable_values_reach_every_check_and_the_tensor_schema(tmp_path: Path) -> None:
+    """The numbers of the other encodings a loader hands on (an ``ndarray`` in its shape, a
+    ``json`` document's floats, ``str_float``) go on as the sample's tensors: a float16
+    overflow (``extreme``) is found in them, and the ``tensors:`` schema's rules and declared
+    shapes run on them by column name, as on any tensor file."""
+    columns = {"vec": "ndarray:float32", "ids": "ndarray", "meta": "json", "t": "str_float"}
+    rows = [
+        {
+            "vec": np.full((2, 3), 0.5, np.float32),
+            "ids": np.arange(4, dtype=np.int64) + i,
+            "meta": {"w": [0.1] * (2 + i % 3)},  # lengths differ: one ragged run
+            "t": 0.25,
+        }
+        for i in range(8)
+    ]
+    rows[1]["vec"][1, 2] = 1e30
+    rows[2]["meta"]["w"][1] = 1e6
+    rows[3]["t"] = 7e10
+    rows[5]["ids"][3] = 99
+    rows[6]["vec"] = np.full((3, 2), 0.5, np.float32)  # the loader gets another shape
+    folder = write(tmp_path / "mds", None, columns=columns, samples=rows, size_limit=None)
+    shard = "shard.00000.mds"
+    plain = {
+        (shard, 1, "vec", "extreme"),
+        (shard, 2, "meta", "extreme"),
+        (shard, 3, "t", "extreme"),
+    }
+    assert sites(scan(folder)) == plain
+    schema = tmp_path / "s.yaml"
+    schema.write_text("tensors:\n  keys:\n    ids: {range: [0, 20]}\n    vec: {shape: [*, 2, 3]}\n")
+    assert sites(scan(folder, schema=str(schema))) == plain | {
+        (shard, 5, "ids", "out_of_range"),
+        (shard, 6, "vec", "schema"),
+    }
+    read = streaming_reads(folder, tmp_path)  # the oracle hands on the same values
+    assert read[1]["vec"][1, 2] == np.float32(1e30) and read[5]["ids"][3] == 99
+    assert read[2]["meta"]["w"][1] == 1e6 and read[6]["vec"].shape == (3, 2)
