@@ -27,6 +27,7 @@ from datacheck.history._table import (
     counter_rank,
     is_positional,
     role_of,
+    unix_time,
 )
 
 __all__ = ["Counter", "as_array", "choose_counter", "counter_from_key", "row_steps"]
@@ -164,6 +165,8 @@ def _candidates(cols: Columns) -> list[str]:
             continue  # named a loss, an LR, a scale ...: that is what it is
         if _CLOCK & set(key.split("_")):
             continue  # a clock rises line by line too: never the step counter
+        if role != "step" and unix_time(cols.cols[key]):
+            continue  # nor does a column of Unix times, however it is named
         named = role == "step" or key in cols.extra or is_positional(key)
         judged = cols.probing or key in cols.pending
         if named or (judged and counter_like(cols.cols[key])):

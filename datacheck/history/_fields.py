@@ -72,15 +72,16 @@ iteration 5 is 2.3``), the non-finite numbers, and log levels (``[INFO] 0 step .
 _PAIR = re.compile(
     rf"(?:(?<![\w./-])|{_GLUED})(?<!=')(?<!=\")(?!{_NOT_KEYS}(?![\w./-]))"
     rf"({_QUAL}(?:{_TWO_WORDS}|[^\W\d][\w./-]*+))['\"\]]?+"
-    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:{_WRAP}|[\[(]\s*+|['\"])?+({NUM})(?!:\d|{_SPAN})"
+    rf"(?:\s++is\s++|\s*+[:=]\s*+|\s++)(?:{_WRAP}|[\[(]\s*+|['\"])?+({NUM})(?!:\d|{_SPAN}|%\|)"
     rf"(?:\s*+/\s*+(\d++))?+",
     re.IGNORECASE,
 )
 """``key value`` in every spelling; the key may be quoted or bracketed (PaddleDetection's
 ``'loss': '1.02'``, LION's ``[Loss] 2.3``), the value quoted or opening a list or a tensor's
 repr (``lr=[9.6e-06, ..]``, ``loss=tensor(2.34, device='cuda:0')``) and followed by its total;
-a clock (``eta: 8:56:30``) is no value, and nothing inside a quoted string value is a key
-(``device='cuda:0'``)."""
+a clock (``eta: 8:56:30``) is no value, nor the percentage opening a tqdm bar (diffusers'
+``Steps:  75%|###  | 46/60 [..]``: the description names the bar, whose ``46/60`` is the
+count), and nothing inside a quoted string value is a key (``device='cuda:0'``)."""
 _NUM_AT = re.compile(
     rf"\s*+(?:{_WRAP})?+[\[(]?+['\"]?+\s*+({NUM})(?!:\d)(?:\s*+/\s*+(\d++))?+", re.IGNORECASE
 )

@@ -166,7 +166,11 @@ def _loss(cols: Columns, step: str | None) -> tuple[tuple[str, ...], bool, str]:
         return _unnamed(cols, step)
     if kind == 4:
         key = _most(cols, of_kind)
-        return (key,), False, f"{key}: no loss is printed, only a score (DL4J's model.score())"
+        return (
+            (key,),
+            False,
+            f"{key}: no loss is printed, only a score of the objective (DL4J's model.score(), CatBoost's learn)",
+        )
     per_step = [k for k in of_kind if not _AVERAGE & set(k.split("_"))]
     means = ""
     if per_step and len(per_step) < len(of_kind):  # a running mean beside the per-step value

@@ -73,9 +73,12 @@ _COUNTER_TOKENS = frozenset(
 _EVAL_TOKENS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
 _OBJECTIVE_TOKENS = frozenset(
     {"nll", "ce", "xent", "objective", "crossentropy", "mse", "rmse", "mae", "bce"}
+    | {"l1", "l2", "logloss", "mlogloss", "huber", "rmsle", "mape"}
 )
-"""An objective under its own name: NLL, cross-entropy (MXNet's ``cross-entropy``), and the
-regression objectives (``MSE``, XGBoost's ``train-rmse``)."""
+"""An objective under its own name: NLL, cross-entropy (MXNet's ``cross-entropy``), the
+regression objectives (``MSE``, XGBoost's ``train-rmse``) and the boosting libraries' metric
+names of their objectives (LightGBM's ``training's l2`` / ``binary_logloss``, XGBoost's
+``mlogloss``)."""
 _PPL_TOKENS = frozenset({"ppl", "perplexity"})
 _COST_NOT = frozenset({"batch", "data", "time", "io", "compute", "comm", "ms", "s"})
 _LR = re.compile(r"lr\d*")
@@ -184,9 +187,10 @@ def _is_loss(key: str, toks: set[str]) -> bool:
     )
 
 
-_SCORES = ("score", "train_score", "training_score")
+_SCORES = ("score", "train_score", "training_score", "learn")
 """DL4J's ``model.score()`` (``Score at iteration N is X``) is the loss; qualified scores
-(``bleu_score``, ``f1_score``) are metrics."""
+(``bleu_score``, ``f1_score``) are metrics. CatBoost prints its objective on the training set
+as ``learn: X`` (``0:\tlearn: 0.69\ttest: 0.69\tbest: ..``)."""
 
 
 def _lr_tokens(tokens: list[str]) -> bool:
@@ -227,14 +231,33 @@ def _whole(values: Iterable[float]) -> bool:
     return all(v == math.floor(v) for v in values)
 
 
+_UNIX = (946684800.0, 4102444800.0)
+"""2000-01-01 and 2100-01-01 in Unix seconds."""
+
+
+def unix_time(col: Iterable[float]) -> bool:
+    """Every value a moment of this century in Unix seconds, milliseconds, microseconds or
+    nanoseconds, the same unit throughout (MLflow's ``<timestamp ms> <value> <step>`` lines,
+    a ``time.time()`` column): a clock, never a counter (no run counts 10^9 steps)."""
+    import numpy as np
+
+    v = np.frombuffer(col, np.float64) if isinstance(col, array) else np.fromiter(col, float)
+    present = v != MISSING  # NaN compares unequal, and fails the range below
+    if not present.any():
+        return False
+    lo = float(v.min(where=present, initial=np.inf))
+    hi = float(v.max(where=present, initial=-np.inf))
+    return any(_UNIX[0] * k <= lo and hi <= _UNIX[1] * k for k in (1.0, 1e3, 1e6, 1e9))
+
+
 def counter_like(col: array[float]) -> bool:
     """Whole, non-negative numbers that rise across the readings (a few falls allowed: a
     resumed run starts its counter again) or reset with another counter (a step within an
-    epoch): what a step counter does."""
+    epoch): what a step counter does (a clock of Unix time does it too, and is none)."""
     vals = [v for v in col if v != MISSING]
     if len(vals) < 2 or any(not math.isfinite(v) or v < 0 for v in vals):
         return False
-    if not _whole(vals):
+    if not _whole(vals) or unix_time(vals):
         return False
     ups = sum(b > a for a, b in zip(vals, vals[1:], strict=False))
     return ups >= 1 and ups >= 0.5 * sum(b != a for a, b in zip(vals, vals[1:], strict=False))

@@ -13,7 +13,11 @@ A line yields ``key value`` pairs (``loss 2.3``, ``loss=2.3``, ``loss: 2.3``, ``
 * **signals**: fp16 overflow skips (DeepSpeed ``OVERFLOW! ... Skipping step``, fairseq ``overflow
   detected, setting loss scale to``, apex ``Gradient overflow``), saved checkpoints (Megatron,
   DeepSpeed ``global_stepN``, Hugging Face ``checkpoint-N``, fairseq ``@ N updates``, mmengine,
-  Keras, Lightning, nanoGPT) and non-finite losses in prose (``NaN loss detected``).
+  Keras, Lightning, nanoGPT) and non-finite losses in prose (``NaN loss detected``);
+* **boxed records**: a record printed as a box of ``| key | value |`` lines between dashed
+  rules (stable-baselines3's ``HumanOutputFormat``, with ``| train/ |  |`` section lines), one
+  row per box; a section names a group, and only an evaluation section's keys keep it
+  (``eval/mean_reward`` -> ``eval_mean_reward``).
 
 Every pattern is anchored or possessive, so no line makes the parser backtrack quadratically.
 """
@@ -40,6 +44,7 @@ from datacheck.history._table import (
     Table,
     is_eval_key,
     is_positional,
+    norm_key,
     role_of,
 )
 
@@ -58,6 +63,11 @@ _KERAS_HEADER = re.compile(r"\s*+Epoch\s++(\d++)/(\d++)\s*+$")
 _KERAS_BATCH = re.compile(r"\s*+(\d++)/(\d++)\s++(?:\[|\u2501)")
 _LIGHTNING = re.compile(r"Epoch\s++(\d++):\s*+\d++%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+\[")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07]*+\x07|[\x08]")
+_BOX_CELL = re.compile(r"\|(\s*+)([^|\s][^|]*?)\s*+\|\s*+([^|]*?)\s*+\|\s*+")
+"""``|    loss     | 12.3     |``: a key and its value in a boxed record (indented under its
+section; a section line has no value: ``| train/   |          |``)."""
+_BOX_RULE = re.compile(r"\s*+-{8,}\s*+")
+_BOX_EVAL = re.compile(r"(?:eval|evaluation|val|valid|validation|test)/?", re.IGNORECASE)
 """Terminal colour and cursor codes (torchtitan, Keras 3, rich consoles) and backspaces."""
 _ANSI_LEFT = re.compile(r"\[[0-9;]{0,12}m")
 """What is left of a colour code whose escape character was lost (a log pasted from a
@@ -359,11 +369,16 @@ class _Reader:
         self.direct: dict[int, _Direct] = {}
         """By the ``id`` of the plan (plans stay in the context's cache: ids are not reused)."""
         self.line_no = 0
+        self.box: dict[str, float] | None = None
+        """The boxed record being read (see the module doc), None outside one."""
+        self.section = ""
 
     def line(self, line: str) -> None:
         self.line_no += 1
         if "\x1b" in line or "\x08" in line:
             line = _ANSI.sub("", line)
+        if (line[:1] == "|" or self.box is not None) and self._boxed(line):
+            return
         parts: list[str] | None = None
         last = self.shapes.last  # a line of the last shape: its plan and numbers in one match
         known = None if last is None else last[0].fullmatch(line)
@@ -382,6 +397,39 @@ class _Reader:
         else:
             tag = plan.tag if plan.data else ""
         if tag:
+            self._add(tag, row)
+
+    def _boxed(self, line: str) -> bool:
+        """Read a line of a boxed record (True), or end the record before another line."""
+        if (m := _BOX_CELL.fullmatch(line)) is not None:
+            indent, key, value = m.groups()
+            if not value:  # a section line: the group of the keys under it
+                self.section = key if _BOX_EVAL.fullmatch(key) else ""
+            else:
+                try:
+                    number = float(value)
+                except ValueError:
+                    return True  # text in a cell (a truncated name): no reading
+                name = norm_key(self.section + key if indent else key)
+                if self.box is None:
+                    self.box = {}
+                self.box.setdefault(name, number)
+            return True
+        if _BOX_RULE.fullmatch(line) is not None:
+            self._end_box()
+            return True
+        self._end_box()
+        return False
+
+    def _end_box(self) -> None:
+        box, self.box, self.section = self.box, None, ""
+        if not box:
+            return
+        losses = [k for k in box if role_of(k) == "loss"]
+        tag = "eval" if losses and all(is_eval_key(k) for k in losses) else "train"
+        cols = self.table.eval if tag == "eval" else self.table.train
+        row = {k: v for k, v in box.items() if cols.wanted(k)}
+        if row:
             self._add(tag, row)
 
     def _append(self, plan: _Plan, numbers: Sequence[str]) -> bool:
@@ -444,6 +492,7 @@ class _Reader:
 
     def finish(self) -> Table:
         """The table, with the events after the last training row attached to it."""
+        self._end_box()
         table = self.table
         for ev in self.pending:
             ev["row"] = table.train.n - 1 if table.train.n else None

@@ -612,3 +612,127 @@ def test_the_counter_on_the_readings_own_lines(tmp_path):
     tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
     assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "training_iteration", 2487)
     assert tl["readings"] == 11
+
+
+# -- more trainers' own shapes: a bar's description, Unix clocks, boxes, boosting libraries -----
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "nan", "spike"])
+def test_diffusers_steps_bar_percentage_is_no_counter(tmp_path, scenario):
+    """huggingface/diffusers examples/text_to_image/train_text_to_image.py: ``tqdm(range(0,
+    args.max_train_steps), desc="Steps")`` and ``progress_bar.set_postfix(**{"step_loss": ..,
+    "lr": ..})``: ``Steps:  45%|####5  | 45/100 [..., lr=0.0003, step_loss=2.41]``. The
+    percentage after the description belongs to the bar; the bar's count is the step."""
+    run = _runs()[scenario]
+    total = run.steps[-1] + 10
+    text = "".join(
+        f"Steps: {100 * s // total:3d}%|{'#' * (10 * s // total):<10}| {s}/{total} "
+        f"[00:10<00:20,  1.50it/s, lr={lr:g}, step_loss={v:.3g}]\r"
+        for s, v, _, lr in _rows(run)
+    )
+    tl, code = _timeline(tmp_path, text + "\n")
+    _expect(tl, code, scenario, NAN_AT if scenario == "nan" else SPIKE_AT)
+    assert (tl["keys"]["step"], tl["keys"]["loss"]) == ("bar", "step_loss")
+
+
+@pytest.mark.parametrize("unit", [1, 1000])
+def test_a_column_of_unix_times_is_no_counter(tmp_path, unit):
+    """mlflow/mlflow mlflow/store/tracking/file_store.py writes each metric's file as
+    ``"%s %s %s" % (metric.timestamp, metric.value, metric.step)`` (milliseconds); a loop's
+    ``print(time.time(), loss, step)`` in seconds: the time rises too, but the step counts."""
+    run = _runs()["nan"]
+    text = "".join(
+        f"{1700000000 * unit + 1537 * k * unit // 1000} {v} {s}\n"
+        for k, (s, v, _, _) in enumerate(_rows(run))
+    )
+    tl, code = _timeline(tmp_path, text)
+    assert (code, tl["keys"]["step"], tl["nan_step"]) == (1, "column_3", NAN_AT)
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "nan", "spike"])
+@pytest.mark.parametrize("sections", [True, False], ids=["sb3", "baselines"])
+def test_boxed_records_one_row_per_box(tmp_path, scenario, sections):
+    """DLR-RM/stable-baselines3 stable_baselines3/common/logger.py ``HumanOutputFormat.write``:
+    a dashed rule, ``| {section}/ | |`` lines with ``|    {key} | {value:<8.3g} |`` under them,
+    a dashed rule; openai/baselines's (sections-free) the same without them. One record per
+    box, its loss at the box's counter: ``iterations``, ``total_timesteps`` and ``n_updates``
+    rise alike, and the name breaks the tie (``--step total_timesteps`` reads SB3's own x-axis,
+    which names its checkpoints)."""
+    run = _runs()[scenario]
+    boxes = []
+    for k, (s, v, _, lr) in enumerate(_rows(run)):
+        cells = {
+            "rollout/": None,
+            "ep_rew_mean": -1160.0 + k,
+            "time/": None,
+            "fps": 1163,
+            "iterations": k + 1,
+            "total_timesteps": s,
+            "train/": None,
+            "approx_kl": 0.0071,
+            "learning_rate": lr,
+            "loss": v,
+            "n_updates": 10 * (k + 1),
+        }
+        lines = ["-" * 41]
+        for key, value in cells.items():
+            if value is None:
+                if sections:
+                    lines.append(f"| {key:<23} | {'':<11} |")
+                continue
+            shown = "%-8.3g" % value if isinstance(value, float) else str(value)
+            lines.append(f"| {'   ' + key if sections else key:<23} | {shown:<11} |")
+        lines.append("-" * 41)
+        boxes.append("\n".join(lines))
+    tl, code = _timeline(tmp_path, "\n".join(boxes) + "\n")
+    at = run.steps.index(NAN_AT if scenario == "nan" else SPIKE_AT) + 1  # its iteration
+    _expect(tl, code, scenario, at)
+    assert tl["keys"]["step"] == "iterations" and tl["keys"]["loss"] == "loss"
+    assert tl["readings"] == len(run.steps)
+
+
+def test_an_evaluation_box_is_an_evaluation(tmp_path):
+    """A box whose only loss sits under ``eval/`` is an evaluation record: its NaN is the
+    evaluation's, never a healthy run's."""
+    rule = "-" * 41
+    train = [
+        f"{rule}\n| train/ |  |\n|    loss | {2.0 - k / 100:<8.3g} |\n|    n_updates | {k} |\n{rule}"
+        for k in range(1, 30)
+    ]
+    ev = f"{rule}\n| eval/ |  |\n|    loss | nan      |\n| time/ |  |\n|    total_timesteps | 30 |\n{rule}"
+    tl, code = _timeline(tmp_path, "\n".join([*train, ev]) + "\n")
+    assert code == 1 and tl["status"] != "healthy", tl
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "nan"])
+def test_catboost_learn_is_the_objective(tmp_path, scenario):
+    """catboost's verbose output: ``{iter}:\\tlearn: {v}\\ttest: {v}\\tbest: {v} ({best_iter})
+    \\ttotal: {t}ms\\tremaining: {t}ms``: ``learn`` is the objective on the training set, the
+    leading number the iteration (``best (N)`` stalls where the test metric stops improving)."""
+    run = _runs()[scenario]
+    lines, best = [], (math.inf, 0)
+    for k, (s, v, _, _) in enumerate(_rows(run)):
+        test = v + 0.1 + (0.01 * (k - 20) if k > 20 else 0)
+        if test == test and test < best[0]:
+            best = (test, s)
+        lines.append(
+            f"{s}:\tlearn: {v:.7f}\ttest: {test:.7f}\tbest: {best[0]:.7f} ({best[1]})"
+            f"\ttotal: {5 * k + 3}ms\tremaining: {max(1, 300 - 5 * k)}ms"
+        )
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    _expect(tl, code, scenario, NAN_AT)
+    assert (tl["keys"]["step"], tl["keys"]["loss"]) == ("column_1", "learn")
+
+
+@pytest.mark.parametrize("metric", ["l2", "binary_logloss", "multi_logloss"])
+def test_lightgbm_log_evaluation(tmp_path, metric):
+    """microsoft/LightGBM python-package/lightgbm/callback.py ``log_evaluation``:
+    ``[{iteration + 1}]\\t`` + ``"\\t".join(f"{data}'s {metric}: {value:g}")``: the boosting
+    library's metric of its objective is the loss."""
+    run = _runs()["nan"]
+    text = "".join(
+        f"[{s}]\ttraining's {metric}: {v:g}\tvalid_1's {metric}: {v + 0.1:g}\n"
+        for s, v, _, _ in _rows(run)
+    )
+    tl, code = _timeline(tmp_path, text)
+    assert (code, tl["status"], tl["nan_step"]) == (1, "nan", NAN_AT), tl
