@@ -18,7 +18,7 @@ import torch
 from datacheck.errors import UsageError
 from datacheck.torch._checks import RulesFor, flag_leaves, leaves
 from datacheck.torch._identity import SampleId
-from datacheck.torch.stream._items import Failed, Skipped, Tagged, drain
+from datacheck.torch.stream._items import Failed, Skipped, Tagged, TaggedBatch, drain
 
 KEY_FIELD = "__key__"
 """The field of a sample (or of a batch) that names it, as WebDataset writes it."""
@@ -188,6 +188,13 @@ class StreamCollate:
             if self.exclude and self.exclude.holds(item.id):
                 return StreamFetched([], None, None, [], tuple(failures), skipped + 1, 1)
             return StreamFetched([], None, None, [], (*failures, item), skipped, 1)
+        if type(item) is TaggedBatch:  # made in the pipeline from named samples
+            batch = self.collate(item.batch)
+            ids = list(item.ids)
+            if len(ids) != rows(batch):  # a collation that does not keep rows: unnamed
+                ids = [None] * rows(batch)
+            consumed = len(item.ids) + item.skipped
+            return self._fetched(ids, batch, failures, skipped + item.skipped, consumed)
         if type(item) is Tagged:
             item = item.sample
         batch = self.collate(item)

@@ -186,7 +186,7 @@ def hook_for(
     if _litdata_parts(dataset) is not None:
         return EachHook(catch, excluded)
     if has_tuple_stage(dataset):  # WebDataset's to_tuple: its samples keep their key
-        return TupleKeys()
+        return TupleKeys(excluded)
     return None
 
 

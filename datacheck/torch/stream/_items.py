@@ -5,7 +5,8 @@ A library hook or a reporting decode stage puts these in the stream in place of 
 - :class:`Tagged`: a sample with the identity its pipeline gave it (MDS shard and row, litdata
   chunk and index, ...);
 - :class:`Failed`: a sample whose loading raised, named where that is known;
-- :class:`Skipped`: a sample the quarantine holds, dropped before it was decoded.
+- :class:`Skipped`: a sample the quarantine holds, dropped before it was decoded;
+- :class:`TaggedBatch`: a batch the pipeline made itself, with the identities of its rows.
 
 Errors that a pipeline reports through a hook instead (WebDataset's ``handler=``) go to the
 *inbox* of the process they happen in (:func:`report`); the next collate in that process takes
@@ -44,6 +45,16 @@ class Failed:
     """The formatted traceback (for logs and ``on_bad='raise'``)."""
     where: str | None = None
     """The shard or position it happened at, when the sample itself is not named."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedBatch:
+    """A batch made inside the pipeline (WebDataset's ``.batched``), with each row's identity
+    and how many quarantined samples were left out of it before it was made."""
+
+    batch: Any
+    ids: tuple[SampleId | None, ...]
+    skipped: int = 0
 
 
 @dataclass(frozen=True, slots=True)

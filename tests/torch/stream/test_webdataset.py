@@ -209,3 +209,30 @@ def test_a_range_on_a_field_name_runs_and_one_on_no_leaf_is_refused(tmp_path):
     wrong = GuardedLoader(DataLoader(ds, batch_size=BATCH), ranges={"1": (0, 29)})
     with pytest.raises(UsageError, match=r"ranges key '1' names no leaf.*'npy', 'cls'"):
         next(iter(wrong))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batched_in_the_pipeline_keeps_each_rows_key(tmp_path, workers, caplog):
+    """The WebDataset README's ``.to_tuple("npy", "cls").batched(8)`` with ``batch_size=None``
+    (``wds.WebLoader`` does the same): the batch is made inside the pipeline, and its rows are
+    still named by key and shard; the next run leaves the quarantined samples out before the
+    batch is made, so every clean sample comes once."""
+    urls = write_shards(tmp_path / "shards", list(range(N)))
+    q = tmp_path / "q"
+
+    def pipeline():
+        return dataset(urls).to_tuple("npy", "cls").batched(BATCH)
+
+    loader = GuardedLoader(
+        DataLoader(pipeline(), batch_size=None, num_workers=workers), quarantine=q, fits="fp16"
+    )
+    epoch = run_epoch(loader, label=1, image=0)
+    assert_clean_once(epoch)
+    rec = assert_recorded(q, names(urls))
+    assert set(rec["source"]) == {urls[i // 10] for i in BAD}
+    assert "pass key_fn" not in caplog.text
+    for _, labels, ids in epoch.batches:
+        assert [i.sample for i in ids] == [f"s{i:05d}" for i in labels]
+    again = GuardedLoader(DataLoader(pipeline(), batch_size=None), quarantine=q, fits="fp16")
+    assert_clean_once(run_epoch(again, label=1, image=0))
+    assert again.stats.bad == 0 and again.stats.excluded == len(BAD)
