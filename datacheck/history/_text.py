@@ -60,7 +60,9 @@ _EVAL_WORD = re.compile(
 )
 _MMENGINE = re.compile(r"\b(Epoch|Iter)\((\w++)\)\s*+\[\s*+(\d++)\s*+\](?:\[\s*+(\d++)/(\d++)\])?")
 _KERAS_HEADER = re.compile(r"\s*+Epoch\s++(\d++)/(\d++)\s*+$")
-_KERAS_BATCH = re.compile(r"\s*+(\d++)/(\d++)\s++(?:\[|\u2501)")
+_KERAS_BATCH = re.compile(r"\s*+(\d++)/(\d++)\s++(?:\[|\u2501|-\s)")
+"""A Keras batch line under its ``Epoch i/n`` header: a progress bar (``50/938 [==>...]``, Keras
+3's ``━``) or, with ``verbose=2``, the epoch's one line (``938/938 - 3s - loss: ..``)."""
 _LIGHTNING = re.compile(r"Epoch\s++(\d++):\s*+\d++%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+\[")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07]*+\x07|[\x08]")
 _BOX_CELL = re.compile(r"\|(\s*+)([^|\s][^|]*?)\s*+\|\s*+([^|]*?)\s*+\|\s*+")

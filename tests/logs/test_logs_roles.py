@@ -736,3 +736,24 @@ def test_lightgbm_log_evaluation(tmp_path, metric):
     )
     tl, code = _timeline(tmp_path, text)
     assert (code, tl["status"], tl["nan_step"]) == (1, "nan", NAN_AT), tl
+
+
+@pytest.mark.parametrize("keras", [2, 3])
+@pytest.mark.parametrize("scenario", ["healthy", "nan"])
+def test_keras_fit_verbose_2_one_line_an_epoch(tmp_path, keras, scenario):
+    """keras-team/keras keras/utils/generic_utils.py ``Progbar.update`` (Keras 2) and
+    keras/src/utils/progbar.py (Keras 3) with ``model.fit(verbose=2)``: the ``Epoch i/n``
+    header, then one line an epoch, ``{current}/{target} - {time}s - ...`` and no bar: the
+    epochs are the steps, the NaN at its epoch."""
+    run = _runs()[scenario]
+    lines = []
+    for e, (_, v, _, _) in enumerate(_rows(run), start=1):
+        lines.append(f"Epoch {e}/{len(run.steps)}")
+        metrics = f"loss: {v:.4f} - accuracy: 0.9150 - val_loss: {v + 0.1:.4f}"
+        if keras == 2:
+            lines.append(f"938/938 - 3s - {metrics} - 3s/epoch - 3ms/step")
+        else:
+            lines.append(f"938/938 - 3s - 3ms/step - {metrics}")
+    tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
+    _expect(tl, code, scenario, run.steps.index(NAN_AT) + 1)
+    assert tl["keys"]["step"] == "epoch"
