@@ -130,6 +130,7 @@ PUBLIC_FACES = {
         "Chunk",
         "Format",
         "Opened",
+        "Ragged",
         "WorkUnit",
         "check_requirements",
         "detect",
