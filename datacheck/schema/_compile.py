@@ -285,7 +285,9 @@ def _index_specs(schema: Any) -> tuple[ColumnSpec, ...]:
     if hasattr(index, "indexes") and (index.unique or index.strict or index.coerce):
         raise SchemaError("multiindex unique/strict/coerce are not supported; remove them")
     out = []
-    frame = _DtypeOnly(schema.dtype)  # a schema-level dtype is the index's too (pandera)
+    # pandera: a schema-level dtype is a single index's too, never a MultiIndex level's (its
+    # levels keep their own dtypes; the schema's coerce still reaches them)
+    frame = _DtypeOnly(None if hasattr(index, "indexes") else schema.dtype)
     for i, level in enumerate(levels):
         spec = compile_column(level.name or f"__index_level_{i}__", level, frame)
         out.append(replace(spec, coerce=bool(level.coerce or schema.coerce)))  # pandera

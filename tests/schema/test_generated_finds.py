@@ -149,6 +149,30 @@ def test_schema_coerce_casts_the_index_too(tmp_path: Path) -> None:
     assert pd.isna(row)
 
 
+@pytest.mark.parametrize("multi", [False, True], ids=["index", "multiindex"])
+def test_a_schema_dtype_reaches_a_single_index_never_a_multiindex_level(
+    tmp_path: Path, multi: bool
+) -> None:
+    """pandera casts a single index to the schema-level ``dtype`` (text that is no number
+    fails ``dtype('float64')`` at its rows), but a ``MultiIndex`` keeps its levels' own dtypes
+    under it: no finding for the same values as a level."""
+    keys = ["a", "b", "", "2.5"]
+    frame = pd.DataFrame({"c": [1.0] * 4})
+    if multi:
+        frame.index = pd.MultiIndex.from_arrays([keys, [0, 1, 2, 3]], names=["k1", "k2"])
+        index = pa_.MultiIndex([pa_.Index(None, name="k1"), pa_.Index(None, name="k2")])
+    else:
+        frame.index = pd.Index(keys, name="k1")
+        index = pa_.Index(None, name="k1")
+    schema = pa_.DataFrameSchema({"c": C("float64")}, dtype="float64", coerce=True, index=index)
+    theirs, ours = _run_indexed(tmp_path, schema, frame)
+    if multi:
+        assert theirs == set() and ours == set()
+    else:
+        assert theirs == {("Index", "dtype('float64')")}
+        assert ours == {("k1", "schema")}
+
+
 def test_strict_filter_drops_undeclared_columns_before_the_frame_cast(tmp_path: Path) -> None:
     schema = pa_.DataFrameSchema({"a": C()}, dtype="float64", coerce=True, strict="filter")
     theirs, ours = _run(tmp_path, schema, pa.table({"a": [1, 2], "z": ["x", "y"]}))
