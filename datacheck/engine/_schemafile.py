@@ -42,13 +42,24 @@ def index_columns(arrow_schema: Any) -> tuple[list[str], dict[str, Any] | None]:
 
 
 def match_index(stored: list[str], specs: tuple[ColumnSpec, ...], ordered: bool) -> dict:
-    """Stored index column -> the schema's level: by position, or (a ``MultiIndex`` with
-    ``ordered: false``) by name, unnamed levels taking the stored ones left over in order."""
+    """Stored index column -> the schema's level: in order (pandera: each named level is the
+    first stored one of its name after the level before it; one not found there is
+    ``column_ordered`` and not checked; an unnamed level is the one at its place), or (a
+    ``MultiIndex`` with ``ordered: false``) by name, unnamed levels taking the stored ones left
+    over in order."""
     if len(specs) < 2:
         return dict(zip(stored, specs, strict=False))
-    if ordered:  # a named level out of place is not checked (pandera: column_ordered)
-        pairs = zip(stored, specs, strict=False)
-        return {c: s for c, s in pairs if s.name == c or s.name.startswith("__index_level_")}
+    if ordered:  # the levels in their order: each named one after the one before it
+        out, at = {}, 0
+        for i, s in enumerate(specs):
+            if s.name.startswith("__index_level_"):  # unnamed: the level at its place
+                if i < len(stored):
+                    out[stored[i]] = s
+                    at = max(at, i + 1)
+            elif s.name in stored[at:]:
+                j = stored.index(s.name, at)
+                out[stored[j]], at = s, j + 1
+        return out
     out = {s.name: s for s in specs if s.name in stored}
     rest = [c for c in stored if c not in out]
     unnamed = [s for s in specs if s.name.startswith("__index_level_")]

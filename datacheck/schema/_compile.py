@@ -290,7 +290,10 @@ def _index_specs(schema: Any) -> tuple[ColumnSpec, ...]:
     frame = _DtypeOnly(None if hasattr(index, "indexes") else schema.dtype)
     for i, level in enumerate(levels):
         spec = compile_column(level.name or f"__index_level_{i}__", level, frame)
-        out.append(replace(spec, coerce=bool(level.coerce or schema.coerce)))  # pandera
+        # pandera casts a level to its own dtype: one without (None) is never cast, and a
+        # schema-level dtype it takes is checked, not applied (an object index fails it)
+        casts = bool(level.coerce or schema.coerce) and level.dtype is not None
+        out.append(replace(spec, coerce=casts))
     return tuple(out)
 
 

@@ -173,6 +173,29 @@ def test_a_schema_dtype_reaches_a_single_index_never_a_multiindex_level(
         assert ours == {("k1", "schema")}
 
 
+@pytest.mark.parametrize("k2", [7, -5])
+@pytest.mark.parametrize("checked", ["k2", "k1"])
+def test_an_ordered_multiindex_matches_its_levels_in_order(
+    tmp_path: Path, k2: int, checked: str
+) -> None:
+    """An ordered ``MultiIndex`` declared ``[k2, k1]`` over a file storing ``[k1, k2]``: pandera
+    reports ``column_ordered``, runs the first level's checks on the stored level of its name
+    (``k2 = 7`` fails ``max <= 0``; ``k2 = -5`` passes, whatever ``k1`` holds), and never the
+    second's: no ``k1`` comes after ``k2``."""
+    le0 = Chk(lambda s: s.max() <= 0, name="max_le_0")
+    levels = {n: pa_.Index("int64", *([le0] if n == checked else []), name=n) for n in ("k2", "k1")}
+    index = pa_.MultiIndex([levels["k2"], levels["k1"]])
+    schema = pa_.DataFrameSchema({"z": C(float)}, index=index)
+    frame = pd.DataFrame({"z": [1.0]})
+    frame.index = pd.MultiIndex.from_tuples([(-k2, k2)], names=["k1", "k2"])
+    theirs, ours = _run_indexed(tmp_path, schema, frame)
+    fails = k2 > 0 and checked == "k2"
+    assert theirs == {("MultiIndex", "column_ordered")} | (
+        {("MultiIndex", "max_le_0")} if fails else set()
+    )
+    assert ours == {("k1", "schema"), ("k2", "schema")} | ({("k2", "max_le_0")} if fails else set())
+
+
 def test_strict_filter_drops_undeclared_columns_before_the_frame_cast(tmp_path: Path) -> None:
     schema = pa_.DataFrameSchema({"a": C()}, dtype="float64", coerce=True, strict="filter")
     theirs, ours = _run(tmp_path, schema, pa.table({"a": [1, 2], "z": ["x", "y"]}))
