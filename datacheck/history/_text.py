@@ -65,12 +65,14 @@ _KERAS_BATCH = re.compile(r"\s*+(\d++)/(\d++)\s++(?:\[|\u2501|-\s)")
 3's ``━``) or, with ``verbose=2``, the epoch's one line (``938/938 - 3s - loss: ..``)."""
 _LIGHTNING = re.compile(r"Epoch\s++(\d++):\s*+\d++%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+\[")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07]*+\x07|[\x08]")
-_BOX_CELL = re.compile(r"\|(\s*+)([^|\s][^|]*?)\s*+\|\s*+([^|]*?)\s*+\|\s*+")
+"""Terminal colour and cursor codes (torchtitan, Keras 3, rich consoles) and backspaces."""
+_BOX_CELL = re.compile(r"\|(\s*+)([A-Za-z_][^|]*?)\s*+\|\s*+([^|]*?)\s*+\|\s*+")
 """``|    loss     | 12.3     |``: a key and its value in a boxed record (indented under its
 section; a section line has no value: ``| train/   |          |``)."""
 _BOX_RULE = re.compile(r"\s*+-{8,}\s*+")
+"""The dashed rule a box opens and closes with (nothing else opens one: a two-column table's
+``| 10 | 2.34 |`` rows are no box)."""
 _BOX_EVAL = re.compile(r"(?:eval|evaluation|val|valid|validation|test)/?", re.IGNORECASE)
-"""Terminal colour and cursor codes (torchtitan, Keras 3, rich consoles) and backspaces."""
 _ANSI_LEFT = re.compile(r"\[[0-9;]{0,12}m")
 """What is left of a colour code whose escape character was lost (a log pasted from a
 terminal: ``[1mValid Summary | ...[0m``); only taken out of a line that has a reset."""
@@ -372,14 +374,15 @@ class _Reader:
         """By the ``id`` of the plan (plans stay in the context's cache: ids are not reused)."""
         self.line_no = 0
         self.box: dict[str, float] | None = None
-        """The boxed record being read (see the module doc), None outside one."""
+        """The boxed record being read (see the module doc), from its opening rule on; None
+        outside one."""
         self.section = ""
 
     def line(self, line: str) -> None:
         self.line_no += 1
         if "\x1b" in line or "\x08" in line:
             line = _ANSI.sub("", line)
-        if (line[:1] == "|" or self.box is not None) and self._boxed(line):
+        if (self.box is not None or line[:1] == "-") and self._boxed(line):
             return
         parts: list[str] | None = None
         last = self.shapes.last  # a line of the last shape: its plan and numbers in one match
@@ -402,26 +405,27 @@ class _Reader:
             self._add(tag, row)
 
     def _boxed(self, line: str) -> bool:
-        """Read a line of a boxed record (True), or end the record before another line."""
-        if (m := _BOX_CELL.fullmatch(line)) is not None:
-            indent, key, value = m.groups()
-            if not value:  # a section line: the group of the keys under it
-                self.section = key if _BOX_EVAL.fullmatch(key) else ""
-            else:
-                try:
-                    number = float(value)
-                except ValueError:
-                    return True  # text in a cell (a truncated name): no reading
-                name = norm_key(self.section + key if indent else key)
-                if self.box is None:
-                    self.box = {}
-                self.box.setdefault(name, number)
-            return True
+        """A line of a boxed record read (True), or the record ended before another line. A
+        rule ends the record before it (boxes follow each other) and opens the next."""
         if _BOX_RULE.fullmatch(line) is not None:
             self._end_box()
+            self.box = {}
             return True
-        self._end_box()
-        return False
+        if self.box is None:
+            return False
+        if (m := _BOX_CELL.fullmatch(line)) is None:
+            self._end_box()
+            return False
+        indent, key, value = m.groups()
+        if not value:  # a section line: the group of the keys under it
+            self.section = key if _BOX_EVAL.fullmatch(key) else ""
+            return True
+        try:
+            number = float(value)
+        except ValueError:
+            return True  # text in a cell (a truncated name): no reading
+        self.box.setdefault(norm_key(self.section + key if indent else key), number)
+        return True
 
     def _end_box(self) -> None:
         box, self.box, self.section = self.box, None, ""

@@ -757,3 +757,14 @@ def test_keras_fit_verbose_2_one_line_an_epoch(tmp_path, keras, scenario):
     tl, code = _timeline(tmp_path, "\n".join(lines) + "\n")
     _expect(tl, code, scenario, run.steps.index(NAN_AT) + 1)
     assert tl["keys"]["step"] == "epoch"
+
+
+def test_a_two_column_table_under_a_rule_is_no_box(tmp_path):
+    """``| 10 | 2.34 |`` rows (a notebook's two-column table, under a dashed rule) are rows of a
+    table, not a box's cells: each is a reading, its step the first column."""
+    rule = "-" * 24
+    rows = [f"| {10 * k} | {'nan' if k == 40 else f'{2.3 - k / 100:.4f}'} |" for k in range(1, 60)]
+    tl, code = _timeline(
+        tmp_path, "\n".join([rule, "| Step | Training Loss |", rule, *rows]) + "\n"
+    )
+    assert (code, tl["nan_step"], tl["readings"]) == (1, 400, 59), tl
