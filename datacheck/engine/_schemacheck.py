@@ -101,6 +101,9 @@ class SchemaRun:
         self.current: dict[str, list[pa.Array]] = {}
         """This batch's checked columns, piece by piece."""
         self.errors: dict[tuple[str | None, str], fnd.Finding] = {}
+        self.object_bools: dict[str, bool] = {}
+        """Bool columns the schema calls ``object``: whether a null was seen. pandas reads
+        one with a null as objects, one without as ``bool`` (which fails ``object``)."""
         self.batches = 0
         types = {f.name: f.type for f in arrow_schema} if arrow_schema is not None else {}
         self.dictionaries = {n: pa.types.is_dictionary(t) for n, t in types.items()}
@@ -156,6 +159,8 @@ class SchemaRun:
             self.current.setdefault(name, []).append(arr)
             return arr, undeclared_rules(is_float, numeric)
         source, bad = arr, None
+        if spec.dtype == "object" and not spec.coerce and pa.types.is_boolean(arr.type):
+            self.object_bools[name] = self.object_bools.get(name, False) or arr.null_count > 0
         text = self.text and pa.types.is_string(arr.type) and parse_type(spec.dtype) is not None
         if text:  # a CSV's numbers: parsed, then cast to the dtype (2.4 is no int64)
             arr, bad = _parse(arr, pa.float64())
@@ -369,6 +374,12 @@ class SchemaRun:
                     self._outcome(None, check, run_check(check, frame), len(frame), 0, emit)
         if not self.batches:
             self._empty_file(emit)
+        for name, nulls in self.object_bools.items():
+            if not nulls:  # read whole, pandas gives it dtype bool
+                msg = "dtype bool (no nulls: pandas reads it as bool, not objects), schema says object"
+                self.errors.setdefault(
+                    (name, "schema"), fnd.Finding(self.path, "schema", ERR, msg, name)
+                )
         return list(self.errors.values())
 
     def _empty_file(self, emit: Emit) -> None:

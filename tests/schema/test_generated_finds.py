@@ -101,6 +101,18 @@ def test_object_is_what_pandas_reads_as_objects(tmp_path: Path, stored, passes) 
     assert (not ours) is passes
 
 
+@pytest.mark.parametrize(
+    ("values", "passes"), [([], False), ([True, False], False), ([None, True], True)]
+)
+def test_object_on_a_bool_column_holds_only_with_a_null(tmp_path: Path, values, passes) -> None:
+    """pandas reads a bool column as objects only when it holds a null; without one (or
+    empty) it is ``bool``, which fails pandera's ``object``: decided over the whole file."""
+    schema = pa_.DataFrameSchema({"c": C("object", nullable=True)})
+    theirs, ours = _run(tmp_path, schema, pa.table({"c": pa.array(values, pa.bool_())}))
+    assert (not theirs) is passes
+    assert ours == (set() if passes else {("c", "schema", None)})
+
+
 def test_an_empty_file_checks_a_column_read_in_no_chunk(tmp_path: Path) -> None:
     """An empty dictionary column comes back in no chunk; pandera still runs its checks (a
     frame cast to float64 makes ``str_length`` raise), so the scan does too."""
