@@ -52,6 +52,7 @@ from datacheck.formats import (
     register,
 )
 from datacheck.formats._litdata_values import leaf_check, unsupported
+from datacheck.formats._mds_values import decode_sample
 from datacheck.formats._mds_zip import _chunks, materialize_shard
 from datacheck.formats._tensor_common import (
     MappedFile,
@@ -362,7 +363,11 @@ class _Chunk:
                 yield Chunk(row_offset=lo, batch=items.rows.slice(lo, ITEMS_PER_CHUNK))
             return
         tokens = layout.loader == "TokensLoader"
-        checks = [(i, c) for i, f in enumerate(layout.formats) if (c := leaf_check(f, self.rules))]
+        checks = [
+            (i, layout.names[i], c)
+            for i, f in enumerate(layout.formats)
+            if (c := leaf_check(f, self.rules))
+        ]
         found: list[Finding] = []
         values_of = SampleBatcher(counts=False, ragged=True)  # the leaves' numbers, as tensors
         lo = 0
@@ -372,13 +377,7 @@ class _Chunk:
             except ValueError as exc:
                 found.append(Finding(path, "corrupt", Severity.ERROR, str(exc), None, row))
             else:
-                numbers = {}
-                for i, check in checks:
-                    more, got = check(path, row, layout.names[i], values[i])
-                    found += more
-                    if got is not None:
-                        numbers[layout.names[i]] = got
-                if numbers:
+                if numbers := decode_sample(path, row, checks, values, found):
                     yield from values_of.add(row, numbers)
             if row + 1 - lo == ITEMS_PER_CHUNK:
                 yield SampleChunk(row_offset=lo, tensors={}, samples=row + 1 - lo, findings=found)

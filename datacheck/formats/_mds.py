@@ -37,7 +37,7 @@ import pyarrow as pa
 from datacheck.checks._registry import Severity
 from datacheck.findings import Finding
 from datacheck.formats import Format, Opened, WorkUnit, _storage, register
-from datacheck.formats._mds_values import SCALARS, value_check
+from datacheck.formats._mds_values import SCALARS, decode_sample, value_check
 from datacheck.formats._mds_zip import CODECS, Digests, materialize_shard, shard_codec
 from datacheck.formats._tensor_common import (
     MappedFile,
@@ -295,7 +295,7 @@ def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChun
     scalars = _scalar_columns(cols) if cols else {}
     checks = (
         [
-            (i, c)
+            (i, cols.names[i], c)
             for i, e in enumerate(cols.encodings)
             if i not in scalars and (c := value_check(e, rules))
         ]
@@ -321,13 +321,7 @@ def _samples(shard: _Shard, path: str, rules: ImageRules) -> Iterator[SampleChun
                     yield run.flush(row, [])
                 continue
             run.add(row, values)
-            numbers = {}
-            for i, check in checks:
-                more, got = check(path, row, cols.names[i], values[i])
-                found += more
-                if got is not None:
-                    numbers[cols.names[i]] = got
-            if numbers:
+            if numbers := decode_sample(path, row, checks, values, found):
                 yield from values_of.add(row, numbers)
         yield run.flush(hi, found)
         found = []

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import pickletools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -41,7 +41,7 @@ from datacheck.findings import Finding
 from datacheck.formats._image import DecodeError, check_image
 from datacheck.schema._media import ImageRules
 
-__all__ = ["SCALARS", "Check", "Decoded", "value_check"]
+__all__ = ["SCALARS", "Check", "Decoded", "decode_sample", "value_check"]
 
 Decoded = tuple[list[Finding], "np.ndarray | None"]
 """What decoding one value found (``corrupt``, an image's problems) and the numbers a loader
@@ -321,6 +321,25 @@ def value_check(enc: str, rules: ImageRules) -> Check | None:
         return _list_check(enc, rules)
     check = _checker(enc)
     return None if check is None else decoding(enc, check)
+
+
+def decode_sample(
+    path: str,
+    row: int,
+    checks: Sequence[tuple[int, str, Check]],
+    values: Sequence[bytes],
+    found: list[Finding],
+) -> dict[str, np.ndarray]:
+    """One sample's values through their columns' checks (``(index, column, check)``): what
+    decoding finds is added to ``found``; the numbers a loader gets come back by column, the
+    sample's tensors (MDS columns and litdata leaves alike)."""
+    numbers = {}
+    for i, name, check in checks:
+        more, got = check(path, row, name, values[i])
+        found += more
+        if got is not None:
+            numbers[name] = got
+    return numbers
 
 
 def decoding(what: str, check: Callable[[bytes], np.ndarray]) -> Check:

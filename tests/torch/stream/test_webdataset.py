@@ -163,6 +163,20 @@ def test_web_loader_with_epoch_repeats_and_cuts_as_webdataset_does(tmp_path):
     assert len(read_quarantine(tmp_path / "q")) == len(BAD)  # each found once
 
 
+def _named_by_key_and_shard(loader, q: Path, urls: list[str], caplog):
+    """One epoch of a ``to_tuple`` pipeline: every clean sample once, the planted ones
+    recorded by key and shard, each batch's rows named by their keys (no ``key_fn`` asked
+    for). Returns the quarantine's records."""
+    epoch = run_epoch(loader, label=1, image=0)
+    assert_clean_once(epoch)
+    rec = assert_recorded(q, names(urls))
+    assert set(rec["source"]) == {urls[i // 10] for i in BAD}
+    assert "pass key_fn" not in caplog.text
+    for _, labels, ids in epoch.batches:
+        assert [i.sample for i in ids] == [f"s{i:05d}" for i in labels]
+    return rec
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_to_tuple_batches_are_checked_by_field_name_and_their_samples_keep_their_key(
     tmp_path, workers, caplog
@@ -179,15 +193,10 @@ def test_to_tuple_batches_are_checked_by_field_name_and_their_samples_keep_their
     loader = GuardedLoader(
         DataLoader(pipeline(), batch_size=BATCH, num_workers=workers), quarantine=q, fits="fp16"
     )
-    epoch = run_epoch(loader, label=1, image=0)
-    assert_clean_once(epoch)
-    rec = assert_recorded(q, names(urls))
-    assert set(rec["source"]) == {urls[i // 10] for i in BAD}
+    rec = _named_by_key_and_shard(loader, q, urls, caplog)
     keys = dict(zip(rec["check"], rec["key"], strict=True))
     assert keys["nan"] == keys["fp16_safe"] == "npy"
-    assert "nan in 'npy'" in caplog.text and "pass key_fn" not in caplog.text
-    for _, labels, ids in epoch.batches:
-        assert [i.sample for i in ids] == [f"s{i:05d}" for i in labels]
+    assert "nan in 'npy'" in caplog.text
     again = GuardedLoader(DataLoader(pipeline(), batch_size=BATCH), quarantine=q, fits="fp16")
     assert_clean_once(run_epoch(again, label=1, image=0))
     assert again.stats.bad == 0 and again.stats.excluded == len(BAD)
@@ -226,13 +235,7 @@ def test_batched_in_the_pipeline_keeps_each_rows_key(tmp_path, workers, caplog):
     loader = GuardedLoader(
         DataLoader(pipeline(), batch_size=None, num_workers=workers), quarantine=q, fits="fp16"
     )
-    epoch = run_epoch(loader, label=1, image=0)
-    assert_clean_once(epoch)
-    rec = assert_recorded(q, names(urls))
-    assert set(rec["source"]) == {urls[i // 10] for i in BAD}
-    assert "pass key_fn" not in caplog.text
-    for _, labels, ids in epoch.batches:
-        assert [i.sample for i in ids] == [f"s{i:05d}" for i in labels]
+    _named_by_key_and_shard(loader, q, urls, caplog)
     again = GuardedLoader(DataLoader(pipeline(), batch_size=None), quarantine=q, fits="fp16")
     assert_clean_once(run_epoch(again, label=1, image=0))
     assert again.stats.bad == 0 and again.stats.excluded == len(BAD)
